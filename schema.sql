@@ -1,0 +1,50 @@
+-- txnfs metadata schema. This file is the only place the schema is written: the
+-- build embeds it into the binary, `txnfs init` executes it, and `txnfs mount`
+-- refuses a database whose user_version differs from the one set below.
+--
+-- Invariant: every object (file, directory, symlink, device, fifo, socket) of the
+-- visible tree has exactly one row in `handles`, and every row names an object that
+-- exists. `txnfs fsck` checks both directions.
+
+PRAGMA user_version = 1;
+
+-- Store-wide facts: schema_version, store_uuid, created, backups ('reflink'|'copy').
+CREATE TABLE meta (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- The handle table: one row per object of the visible tree.
+--   nodeid      FUSE nodeid the object is served under (1 for the tree root;
+--               otherwise the backing XFS inode number, stable for the object's life)
+--   generation  FUSE generation (the backing inode's generation); (nodeid, generation)
+--               never names two different objects, so a handle outliving its object
+--               is stale, never another file
+--   uuid        permanent identity (libuuid, text form)
+--   ino         backing inode number
+--   fh          backing file handle from name_to_handle_at (type || bytes)
+--   type        S_IFMT bits of the object's mode
+--   parent      nodeid of the directory holding `name` (NULL for the root, and for a
+--               hard-linked file whose recorded name was removed while others remain)
+--   name        one name of the object in `parent`
+CREATE TABLE handles (
+  nodeid     INTEGER PRIMARY KEY,
+  generation INTEGER NOT NULL,
+  uuid       TEXT    NOT NULL UNIQUE,
+  ino        INTEGER NOT NULL UNIQUE,
+  fh         BLOB    NOT NULL,
+  type       INTEGER NOT NULL,
+  parent     INTEGER,
+  name       TEXT,
+  CHECK ((parent IS NULL) = (name IS NULL))
+);
+CREATE INDEX handles_by_name ON handles(parent, name);
+
+-- Documented view: the handle table with readable object kinds.
+CREATE VIEW handle_table AS
+  SELECT nodeid, generation, uuid, ino,
+         CASE type WHEN 16384 THEN 'dir' WHEN 32768 THEN 'file' WHEN 40960 THEN 'symlink'
+                   WHEN 8192 THEN 'chardev' WHEN 24576 THEN 'blockdev' WHEN 4096 THEN 'fifo'
+                   WHEN 49152 THEN 'socket' ELSE 'unknown' END AS kind,
+         parent, name
+  FROM handles;

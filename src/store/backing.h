@@ -1,0 +1,25 @@
+// Identity of objects in the backing file system, independent of their names.
+//
+// A backing object is named by its file handle (name_to_handle_at); for XFS the
+// handle holds the inode number and generation, so (ino, generation) identifies an
+// object for its whole life and never names a later object that reuses the number.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace txnfs {
+
+struct BackingId {
+  uint64_t ino = 0;
+  uint64_t generation = 0;
+  std::string fh;  // serialized handle: 4-byte handle_type, then the handle bytes
+};
+
+// Identity of the object `fd` refers to (an O_PATH fd is fine). Throws Error.
+BackingId backing_id(int fd);
+
+// Opens the object named by a serialized handle. `mount_fd` is any fd (not O_PATH) on the same
+// file system. Returns -errno on failure (ESTALE when the object is gone).
+int open_by_fh(int mount_fd, const std::string &fh, int flags);
+
+}  // namespace txnfs

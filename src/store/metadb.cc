@@ -1,0 +1,318 @@
+#include "metadb.h"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uuid/uuid.h>
+
+#include <fmt/format.h>
+
+#include "error.h"
+#include "schema_sql.h"
+
+namespace txnfs {
+
+namespace {
+
+std::string new_uuid() {
+  uuid_t u;
+  uuid_generate(u);
+  char s[37];
+  uuid_unparse_lower(u, s);
+  return s;
+}
+
+}  // namespace
+
+// Binds on construction order, resets the statement when it goes out of scope.
+class MetaDb::Stmt {
+ public:
+  Stmt(MetaDb &db, sqlite3_stmt *s) : db_(db), s_(s) {}
+  ~Stmt() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+  Stmt &bind(int i, int64_t v) { return check(sqlite3_bind_int64(s_, i, v)); }
+  Stmt &bind(int i, const std::string &v) {
+    return check(sqlite3_bind_text(s_, i, v.data(), int(v.size()), SQLITE_TRANSIENT));
+  }
+  Stmt &bind_blob(int i, const std::string &v) {
+    return check(sqlite3_bind_blob(s_, i, v.data(), int(v.size()), SQLITE_TRANSIENT));
+  }
+  Stmt &bind_null(int i) { return check(sqlite3_bind_null(s_, i)); }
+  // True while a row is available.
+  bool step() {
+    int rc = sqlite3_step(s_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw Error(fmt::format("metadata database {}: {}", db_.path_, sqlite3_errmsg(db_.db_)));
+  }
+  int64_t i64(int col) { return sqlite3_column_int64(s_, col); }
+  bool null(int col) { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
+  std::string text(int col) {
+    auto p = static_cast<const char *>(sqlite3_column_blob(s_, col));
+    return p ? std::string(p, sqlite3_column_bytes(s_, col)) : std::string();
+  }
+
+ private:
+  Stmt &check(int rc) {
+    if (rc != SQLITE_OK)
+      throw Error(fmt::format("metadata database {}: {}", db_.path_, sqlite3_errmsg(db_.db_)));
+    return *this;
+  }
+  MetaDb &db_;
+  sqlite3_stmt *s_;
+};
+
+MetaDb::MetaDb(sqlite3 *db, std::string path) : db_(db), path_(std::move(path)) {}
+
+MetaDb::~MetaDb() {
+  for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
+                 clear_name_, all_handles_, count_handles_})
+    sqlite3_finalize(s);
+  sqlite3_close(db_);
+}
+
+void MetaDb::exec(const char *sql) {
+  char *msg = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+    std::string m = msg ? msg : sqlite3_errmsg(db_);
+    sqlite3_free(msg);
+    throw Error(fmt::format("metadata database {}: {}", path_, m));
+  }
+}
+
+sqlite3_stmt *MetaDb::prep(const char *sql) {
+  sqlite3_stmt *s = nullptr;
+  if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr) != SQLITE_OK)
+    throw Error(fmt::format("metadata database {}: {}", path_, sqlite3_errmsg(db_)));
+  return s;
+}
+
+void MetaDb::prepare_all() {
+  get_meta_ = prep("SELECT value FROM meta WHERE key = ?1");
+  set_meta_ = prep("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)");
+  get_handle_ = prep(
+      "SELECT nodeid, generation, uuid, ino, fh, type, parent, name FROM handles "
+      "WHERE nodeid = ?1");
+  put_handle_ = prep(
+      "INSERT OR REPLACE INTO handles(nodeid, generation, uuid, ino, fh, type, parent, name) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  del_handle_ = prep("DELETE FROM handles WHERE nodeid = ?1");
+  set_name_ = prep("UPDATE handles SET parent = ?2, name = ?3 WHERE nodeid = ?1");
+  clear_name_ = prep(
+      "UPDATE handles SET parent = NULL, name = NULL WHERE parent = ?1 AND name = ?2");
+  all_handles_ = prep(
+      "SELECT nodeid, generation, uuid, ino, fh, type, parent, name FROM handles "
+      "ORDER BY nodeid");
+  count_handles_ = prep("SELECT count(*) FROM handles");
+}
+
+std::unique_ptr<MetaDb> MetaDb::create(const std::string &path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) throw Error(fmt::format("{} already exists", path));
+  sqlite3 *db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  std::unique_ptr<MetaDb> m(new MetaDb(db, path));
+  if (rc != SQLITE_OK)
+    throw Error(fmt::format("cannot create metadata database {}: {}", path, sqlite3_errstr(rc)));
+  m->exec("PRAGMA journal_mode = WAL");
+  m->exec("BEGIN");
+  m->exec(kSchemaSql);
+  m->exec("COMMIT");
+  m->exec("PRAGMA synchronous = FULL");
+  m->prepare_all();
+  m->set_meta("schema_version", std::to_string(kSchemaVersion));
+  m->set_meta("store_uuid", new_uuid());
+  m->sync();
+  m->exec("PRAGMA synchronous = NORMAL");
+  return m;
+}
+
+std::unique_ptr<MetaDb> MetaDb::open(const std::string &path, bool readonly) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    throw Error(fmt::format("no metadata database at {}", path),
+                "the store was not initialised (txnfs init) or its internal area was removed");
+  sqlite3 *db = nullptr;
+  int flags = (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX;
+  int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
+  std::unique_ptr<MetaDb> m(new MetaDb(db, path));
+  if (rc != SQLITE_OK)
+    throw Error(fmt::format("cannot open metadata database {}: {}", path, sqlite3_errstr(rc)));
+  sqlite3_busy_timeout(db, 10000);
+
+  // Read the version before anything else: a file that is not a database (or is
+  // damaged at its header) fails here, before any write could touch it.
+  int version = -1;
+  {
+    sqlite3_stmt *s = nullptr;
+    rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, nullptr);
+    if (rc == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) version = sqlite3_column_int(s, 0);
+    std::string err = sqlite3_errmsg(db);
+    sqlite3_finalize(s);
+    if (version < 0)
+      throw Error(fmt::format("metadata database {} is unreadable: {}", path, err),
+                  "the file is corrupt; restore it from a backup (txnfs never overwrites it)");
+  }
+  if (version != kSchemaVersion)
+    throw Error(fmt::format("metadata database {} has schema version {}, this txnfs knows {}",
+                            path, version, kSchemaVersion),
+                version > kSchemaVersion ? "use the newer txnfs that created it"
+                                         : "the database is not a txnfs database or is damaged");
+  {
+    sqlite3_stmt *s = nullptr;
+    rc = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &s, nullptr);
+    std::string result;
+    while (rc == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) {
+      auto t = reinterpret_cast<const char *>(sqlite3_column_text(s, 0));
+      if (t && std::string_view(t) != "ok") result += std::string(t) + "; ";
+    }
+    std::string err = sqlite3_errmsg(db);
+    int final = sqlite3_finalize(s);
+    if (rc != SQLITE_OK || final != SQLITE_OK) result += err;
+    if (!result.empty())
+      throw Error(fmt::format("metadata database {} is corrupt: {}", path, result),
+                  "restore it from a backup (txnfs never overwrites it)");
+  }
+  if (!readonly) m->exec("PRAGMA synchronous = NORMAL");
+  try {
+    m->prepare_all();
+  } catch (const Error &e) {
+    throw Error(fmt::format("metadata database {} lacks txnfs tables: {}", path, e.what()));
+  }
+  return m;
+}
+
+std::optional<std::string> MetaDb::get_meta(const std::string &key) {
+  std::lock_guard g(mu_);
+  Stmt s(*this, get_meta_);
+  s.bind(1, key);
+  if (!s.step()) return std::nullopt;
+  return s.text(0);
+}
+
+void MetaDb::set_meta(const std::string &key, const std::string &value) {
+  std::lock_guard g(mu_);
+  Stmt s(*this, set_meta_);
+  s.bind(1, key).bind(2, value);
+  s.step();
+}
+
+static HandleRow read_handle(auto &s) {
+  HandleRow r;
+  r.nodeid = s.i64(0);
+  r.generation = s.i64(1);
+  r.uuid = s.text(2);
+  r.ino = s.i64(3);
+  r.fh = s.text(4);
+  r.type = uint32_t(s.i64(5));
+  if (!s.null(6)) {
+    r.parent = s.i64(6);
+    r.name = s.text(7);
+  }
+  return r;
+}
+
+std::optional<HandleRow> MetaDb::handle(uint64_t nodeid) {
+  std::lock_guard g(mu_);
+  Stmt s(*this, get_handle_);
+  s.bind(1, int64_t(nodeid));
+  if (!s.step()) return std::nullopt;
+  return read_handle(s);
+}
+
+void MetaDb::put_handle(HandleRow &row) {
+  std::lock_guard g(mu_);
+  if (row.uuid.empty()) row.uuid = new_uuid();
+  Stmt s(*this, put_handle_);
+  s.bind(1, int64_t(row.nodeid)).bind(2, int64_t(row.generation)).bind(3, row.uuid);
+  s.bind(4, int64_t(row.ino)).bind_blob(5, row.fh).bind(6, int64_t(row.type));
+  if (row.parent)
+    s.bind(7, int64_t(*row.parent)).bind(8, row.name);
+  else
+    s.bind_null(7).bind_null(8);
+  s.step();
+}
+
+void MetaDb::remove_handle(uint64_t nodeid) {
+  std::lock_guard g(mu_);
+  Stmt s(*this, del_handle_);
+  s.bind(1, int64_t(nodeid));
+  s.step();
+}
+
+void MetaDb::set_handle_name(uint64_t nodeid, std::optional<uint64_t> parent,
+                             const std::string &name) {
+  std::lock_guard g(mu_);
+  Stmt s(*this, set_name_);
+  s.bind(1, int64_t(nodeid));
+  if (parent)
+    s.bind(2, int64_t(*parent)).bind(3, name);
+  else
+    s.bind_null(2).bind_null(3);
+  s.step();
+}
+
+void MetaDb::clear_handle_name(uint64_t parent, const std::string &name) {
+  std::lock_guard g(mu_);
+  Stmt s(*this, clear_name_);
+  s.bind(1, int64_t(parent)).bind(2, name);
+  s.step();
+}
+
+void MetaDb::for_each_handle(const std::function<void(const HandleRow &)> &fn) {
+  std::lock_guard g(mu_);
+  Stmt s(*this, all_handles_);
+  while (s.step()) fn(read_handle(s));
+}
+
+uint64_t MetaDb::handle_count() {
+  std::lock_guard g(mu_);
+  Stmt s(*this, count_handles_);
+  s.step();
+  return uint64_t(s.i64(0));
+}
+
+void MetaDb::transaction(const std::function<void()> &fn) {
+  std::lock_guard g(mu_);
+  if (tx_depth_ > 0) {
+    ++tx_depth_;
+    try {
+      fn();
+    } catch (...) {
+      --tx_depth_;
+      throw;
+    }
+    --tx_depth_;
+    return;
+  }
+  exec("BEGIN IMMEDIATE");
+  ++tx_depth_;
+  try {
+    fn();
+  } catch (...) {
+    --tx_depth_;
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+  --tx_depth_;
+  exec("COMMIT");
+}
+
+void MetaDb::sync() {
+  std::lock_guard g(mu_);
+  for (const char *suffix : {"-wal", ""}) {
+    int fd = ::open((path_ + suffix).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    int rc = ::fdatasync(fd);
+    int err = errno;
+    ::close(fd);
+    if (rc != 0) throw_errno("fsync of " + path_ + suffix, err);
+  }
+}
+
+}  // namespace txnfs

@@ -1,0 +1,84 @@
+// MetaDb — the only module that talks to SQLite. Everything txnfs keeps durably
+// besides the tree itself goes through here, with prepared statements; the schema
+// comes from schema.sql (embedded at build time) and nowhere else.
+//
+// Thread safety: one connection guarded by a mutex; every public call is atomic.
+// Durability: WAL mode, synchronous=NORMAL — a committed change survives a killed
+// process; sync() makes everything committed so far survive a power cut.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace txnfs {
+
+inline constexpr int kSchemaVersion = 1;
+
+struct HandleRow {
+  uint64_t nodeid = 0;
+  uint64_t generation = 0;
+  std::string uuid;  // filled in by insert() when empty
+  uint64_t ino = 0;
+  std::string fh;
+  uint32_t type = 0;  // S_IFMT bits
+  std::optional<uint64_t> parent;
+  std::string name;  // meaningful only when parent is set
+};
+
+class MetaDb {
+ public:
+  // Creates a new database at `path` from schema.sql. Throws Error if it exists.
+  static std::unique_ptr<MetaDb> create(const std::string &path);
+  // Opens an existing database; throws Error (with a hint) when it is missing, not a
+  // database, corrupt, or of another schema version. Never modifies a database it
+  // refuses.
+  static std::unique_ptr<MetaDb> open(const std::string &path, bool readonly = false);
+  ~MetaDb();
+
+  std::optional<std::string> get_meta(const std::string &key);
+  void set_meta(const std::string &key, const std::string &value);
+
+  std::optional<HandleRow> handle(uint64_t nodeid);
+  // Inserts `row` (generating its uuid if empty), replacing any row with the same
+  // nodeid or ino — a stale row of an object whose inode number was reused.
+  void put_handle(HandleRow &row);
+  void remove_handle(uint64_t nodeid);
+  // Records (parent, name) as the object's name; nullopt parent clears it.
+  void set_handle_name(uint64_t nodeid, std::optional<uint64_t> parent, const std::string &name);
+  // Clears the name of every row recorded at (parent, name).
+  void clear_handle_name(uint64_t parent, const std::string &name);
+  void for_each_handle(const std::function<void(const HandleRow &)> &fn);
+  uint64_t handle_count();
+
+  // Runs `fn` inside one SQLite transaction (nested calls join the outer one).
+  void transaction(const std::function<void()> &fn);
+
+  // Makes everything committed so far durable (a WAL checkpoint-free fsync).
+  void sync();
+
+  MetaDb(const MetaDb &) = delete;
+  MetaDb &operator=(const MetaDb &) = delete;
+
+ private:
+  class Stmt;
+  MetaDb(sqlite3 *db, std::string path);
+  void prepare_all();
+  void exec(const char *sql);
+  sqlite3_stmt *prep(const char *sql);
+
+  sqlite3 *db_;
+  std::string path_;
+  std::recursive_mutex mu_;
+  int tx_depth_ = 0;
+  sqlite3_stmt *get_meta_ = nullptr, *set_meta_ = nullptr, *get_handle_ = nullptr,
+               *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,
+               *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr;
+};
+
+}  // namespace txnfs

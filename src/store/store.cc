@@ -1,0 +1,173 @@
+#include "store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "backing.h"
+#include "error.h"
+#include "metadb.h"
+
+namespace txnfs {
+
+StorePaths StorePaths::of(const std::string &store) {
+  StorePaths p;
+  p.root = store;
+  while (p.root.size() > 1 && p.root.back() == '/') p.root.pop_back();
+  p.tree = p.root + "/tree";
+  p.internal = p.root + "/.txnfs";
+  p.db = p.internal + "/meta.db";
+  p.backups = p.internal + "/backups";
+  p.lock = p.internal + "/lock";
+  return p;
+}
+
+namespace {
+
+// An fd closed on scope exit.
+struct Fd {
+  int fd;
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+bool dir_is_empty(const std::string &dir) {
+  DIR *d = ::opendir(dir.c_str());
+  if (!d) return false;
+  bool empty = true;
+  while (auto *e = ::readdir(d)) {
+    std::string_view n = e->d_name;
+    if (n != "." && n != "..") {
+      empty = false;
+      break;
+    }
+  }
+  ::closedir(d);
+  return empty;
+}
+
+void fsync_path(const std::string &path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.fd < 0 || ::fsync(fd.fd) != 0) throw_errno("fsync " + path, errno);
+}
+
+}  // namespace
+
+bool supports_reflink(const std::string &dir) {
+  Fd src(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  Fd dst(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (src.fd < 0 || dst.fd < 0) return false;
+  char block[4096] = {1};
+  if (::pwrite(src.fd, block, sizeof block, 0) != ssize_t(sizeof block)) return false;
+  file_clone_range r{};
+  r.src_fd = src.fd;
+  r.src_offset = 0;
+  r.src_length = sizeof block;
+  r.dest_offset = 0;
+  return ::ioctl(dst.fd, FICLONERANGE, &r) == 0;
+}
+
+void check_store_layout(const StorePaths &p) {
+  struct stat st;
+  if (::stat(p.root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Error(fmt::format("store {} does not exist or is not a directory", p.root),
+                "create one with: txnfs init STORE");
+  if (::stat(p.internal.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Error(fmt::format("{} is not a txnfs store: {} is missing", p.root, p.internal),
+                "create a store with: txnfs init STORE");
+  if (::stat(p.tree.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Error(fmt::format("store {} is damaged: its tree {} is missing", p.root, p.tree));
+  if (::stat(p.backups.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw Error(fmt::format("store {} is damaged: {} is missing", p.root, p.backups),
+                "txnfs fsck STORE --repair recreates it");
+}
+
+void init_store(const std::string &store, bool allow_copy_backups) {
+  namespace fsys = std::filesystem;
+  StorePaths p = StorePaths::of(store);
+  struct stat st;
+  bool created_root = false;
+  if (::stat(p.root.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) throw Error(fmt::format("{} exists and is not a directory", p.root));
+    if (::stat(p.internal.c_str(), &st) == 0)
+      throw Error(fmt::format("{} is already a txnfs store", p.root));
+    if (!dir_is_empty(p.root))
+      throw Error(fmt::format("{} is not empty", p.root),
+                  "txnfs init needs a missing or empty directory");
+  } else {
+    if (::mkdir(p.root.c_str(), 0755) != 0)
+      throw_errno(fmt::format("cannot create store directory {}", p.root), errno);
+    created_root = true;
+  }
+
+  bool reflink = supports_reflink(p.root);
+  if (!reflink && !allow_copy_backups) {
+    if (created_root) ::rmdir(p.root.c_str());
+    throw Error(fmt::format("the file system of {} cannot clone file ranges (no reflink)", p.root),
+                "use XFS made with `mkfs.xfs -m reflink=1`, or pass --allow-copy-backups "
+                "to back data up by copying (slower)");
+  }
+
+  try {
+    if (::mkdir(p.internal.c_str(), 0700) != 0) throw_errno("mkdir " + p.internal, errno);
+    if (::mkdir(p.backups.c_str(), 0700) != 0) throw_errno("mkdir " + p.backups, errno);
+    if (::mkdir(p.tree.c_str(), 0755) != 0) throw_errno("mkdir " + p.tree, errno);
+    Fd lock(::open(p.lock.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+    if (lock.fd < 0) throw_errno("create " + p.lock, errno);
+
+    auto db = MetaDb::create(p.db);
+    db->set_meta("backups", reflink ? "reflink" : "copy");
+    Fd tree(::open(p.tree.c_str(), O_PATH | O_CLOEXEC));
+    if (tree.fd < 0) throw_errno("open " + p.tree, errno);
+    BackingId id = backing_id(tree.fd);
+    HandleRow root;
+    root.nodeid = 1;  // FUSE_ROOT_ID
+    root.generation = id.generation;
+    root.ino = id.ino;
+    root.fh = id.fh;
+    root.type = S_IFDIR;
+    db->put_handle(root);
+    db->sync();
+    fsync_path(p.internal);
+    fsync_path(p.root);
+  } catch (...) {
+    std::error_code ec;
+    fsys::remove_all(p.internal, ec);
+    fsys::remove_all(p.tree, ec);
+    if (created_root) ::rmdir(p.root.c_str());
+    throw;
+  }
+}
+
+StoreLock::StoreLock(const StorePaths &paths) {
+  fd_ = ::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd_ < 0) throw_errno("open " + paths.lock, errno);
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK)
+      throw Error(fmt::format("store {} is already mounted (another txnfs daemon holds {})",
+                              paths.root, paths.lock),
+                  "unmount it first, or use that mount");
+    throw_errno("flock " + paths.lock, err);
+  }
+}
+
+StoreLock::~StoreLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+}  // namespace txnfs

@@ -1,0 +1,55 @@
+// Fs — the state one txnfs daemon serves a store with, shared by all FUSE ops.
+//
+// The request path of every op (ops_*.cc) reads top to bottom: resolve the nodeid
+// to an Inode, do the backing call on the XFS tree, record handle-table changes in
+// MetaDb, reply. Kernel caches stay on (entries, attributes, pages, directory
+// listings) because every change to the tree passes through this daemon.
+#define FUSE_USE_VERSION 312
+#pragma once
+#include <fuse_lowlevel.h>
+
+#include <memory>
+#include <string>
+
+#include "inode_table.h"
+#include "metadb.h"
+#include "store.h"
+
+namespace txnfs {
+
+struct FsOptions {
+  double entry_timeout = 3600;  // seconds the kernel may cache a name -> inode
+  double attr_timeout = 3600;   // seconds the kernel may cache attributes
+};
+
+struct Fs {
+  StorePaths paths;
+  FsOptions opts;
+  int tree_fd = -1;  // fd of STORE/tree; also the mount fd for open_by_fh
+  uint64_t tree_ino = 0;
+  std::unique_ptr<MetaDb> db;
+  InodeTable inodes;
+  InodePtr root;
+
+  // nodeid the kernel sees for a backing inode number.
+  uint64_t nodeid_of(uint64_t ino) const { return ino == tree_ino ? FUSE_ROOT_ID : ino; }
+};
+
+// The Fs a request belongs to.
+inline Fs &fs_of(fuse_req_t req) { return *static_cast<Fs *>(fuse_req_userdata(req)); }
+
+// The Inode for a nodeid the kernel holds. The kernel only sends nodeids it was
+// given, so a miss is a daemon bug; it yields null and callers reply ESTALE.
+InodePtr inode_of(fuse_req_t req, fuse_ino_t nodeid);
+
+// Looks up `name` in `parent`, adds a kernel lookup, records the object in the
+// handle table if it is not there yet, and fills `e`. Returns 0 or an errno.
+int do_lookup(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e);
+
+// "/proc/self/fd/N" for an O_PATH fd, to reach calls that take only paths.
+std::string proc_path(int fd);
+
+// The low-level operation table.
+fuse_lowlevel_ops make_ops();
+
+}  // namespace txnfs

@@ -1,0 +1,47 @@
+#include "inode_table.h"
+
+#include <unistd.h>
+
+namespace txnfs {
+
+Inode::~Inode() {
+  if (fd >= 0) ::close(fd);
+}
+
+InodePtr InodeTable::get(uint64_t nodeid) {
+  std::lock_guard g(mu_);
+  auto it = map_.find(nodeid);
+  return it == map_.end() ? nullptr : it->second;
+}
+
+InodePtr InodeTable::add_lookup(InodePtr inode) {
+  std::lock_guard g(mu_);
+  auto [it, inserted] = map_.try_emplace(inode->nodeid, inode);
+  it->second->nlookup++;
+  return it->second;
+}
+
+void InodeTable::add_lookup_existing(const InodePtr &inode) {
+  std::lock_guard g(mu_);
+  inode->nlookup++;
+}
+
+void InodeTable::forget(uint64_t nodeid, uint64_t n) {
+  InodePtr victim;  // closed outside the lock
+  std::lock_guard g(mu_);
+  auto it = map_.find(nodeid);
+  if (it == map_.end()) return;
+  Inode &i = *it->second;
+  i.nlookup = n >= i.nlookup ? 0 : i.nlookup - n;
+  if (i.nlookup == 0 && nodeid != 1) {
+    victim = std::move(it->second);
+    map_.erase(it);
+  }
+}
+
+size_t InodeTable::size() {
+  std::lock_guard g(mu_);
+  return map_.size();
+}
+
+}  // namespace txnfs

@@ -1,0 +1,48 @@
+// The inodes the kernel currently knows, keyed by FUSE nodeid.
+//
+// Invariant: while an Inode is in the table it holds an O_PATH fd to its backing
+// object, so the backing inode number cannot be reused by another object; that is
+// what makes nodeid = backing inode number safe (see schema.sql). An entry leaves
+// the table when the kernel forgets its last lookup.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace txnfs {
+
+struct Inode {
+  int fd = -1;  // O_PATH, O_NOFOLLOW fd to the backing object
+  uint64_t nodeid = 0;
+  uint64_t generation = 0;
+  uint64_t ino = 0;  // backing inode number
+  mode_t type = 0;   // S_IFMT bits
+  uint64_t nlookup = 0;  // guarded by the table's mutex
+
+  ~Inode();
+};
+
+using InodePtr = std::shared_ptr<Inode>;
+
+class InodeTable {
+ public:
+  // The inode for `nodeid` if the kernel knows it, else null.
+  InodePtr get(uint64_t nodeid);
+  // Adds one lookup to the entry for inode->nodeid, inserting `inode` if there is
+  // none. Returns the entry in the table (which may be an earlier one).
+  InodePtr add_lookup(InodePtr inode);
+  // Adds one lookup to an entry known to be present (the root, or a held inode).
+  void add_lookup_existing(const InodePtr &inode);
+  // Drops n lookups; the entry leaves the table when none remain.
+  void forget(uint64_t nodeid, uint64_t n);
+  size_t size();
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<uint64_t, InodePtr> map_;
+};
+
+}  // namespace txnfs

@@ -1,0 +1,92 @@
+// txnfs — the command-line entry point: one subcommand per user-facing action.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon.h"
+#include "error.h"
+#include "fsck.h"
+#include "store.h"
+
+using namespace txnfs;
+
+namespace {
+
+int cmd_umount(const std::string &mountpoint) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execlp("fusermount3", "fusermount3", "-u", mountpoint.c_str(), nullptr);
+    std::perror("txnfs: error: cannot run fusermount3");
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+int cmd_fsck(const std::string &store) {
+  FsckReport rep = fsck_store(StorePaths::of(store));
+  for (auto &p : rep.problems) fmt::print("{}\n", p);
+  fmt::print("{}: {} handle rows, {} objects in the tree, {}\n", store, rep.rows, rep.objects,
+             rep.clean() ? "clean" : fmt::format("{} problems", rep.problems.size()));
+  return rep.clean() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  CLI::App app{"txnfs — a transactional file system (FUSE over XFS with reflink)"};
+  app.require_subcommand(1);
+
+  std::string store, mountpoint;
+  bool allow_copy = false;
+  auto *init = app.add_subcommand("init", "Make a directory on XFS a txnfs store");
+  init->add_option("STORE", store, "the store directory (missing or empty)")->required();
+  init->add_flag("--allow-copy-backups", allow_copy,
+                 "accept a file system without reflink; back data up by copying");
+
+  MountOptions mo;
+  auto *mount = app.add_subcommand("mount", "Serve a store's tree at a mount point");
+  mount->add_option("STORE", mo.store, "the store directory")->required();
+  mount->add_option("MOUNTPOINT", mo.mountpoint, "an existing directory")->required();
+  mount->add_flag("-f,--foreground", mo.foreground, "stay in the foreground, log to stderr");
+  mount->add_option("-o", mo.fuse_opts, "extra FUSE mount options (comma-separated)");
+  mount->add_option("--pid-file", mo.pid_file, "write the daemon's PID to this file");
+  mount->add_option("--entry-timeout", mo.fs.entry_timeout,
+                    "seconds the kernel may cache names")->capture_default_str();
+  mount->add_option("--attr-timeout", mo.fs.attr_timeout,
+                    "seconds the kernel may cache attributes")->capture_default_str();
+
+  auto *umount = app.add_subcommand("umount", "Unmount a txnfs mount point");
+  umount->add_option("MOUNTPOINT", mountpoint, "the mount point")->required();
+
+  auto *fsck = app.add_subcommand("fsck", "Check that the database and the tree agree");
+  fsck->add_option("STORE", store, "the store directory")->required();
+  fsck->footer("Exit status: 0 clean, 1 problems found (each printed), 2 error.");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*init) {
+      init_store(store, allow_copy);
+      fmt::print("initialised txnfs store {}\n", store);
+      return 0;
+    }
+    if (*mount) return run_mount(mo);
+    if (*umount) return cmd_umount(mountpoint);
+    if (*fsck) return cmd_fsck(store);
+  } catch (const Error &e) {
+    fmt::print(stderr, "txnfs: error: {}\n", e.what());
+    if (!e.hint().empty()) fmt::print(stderr, "  hint: {}\n", e.hint());
+    return *fsck ? 2 : 1;
+  } catch (const std::exception &e) {
+    fmt::print(stderr, "txnfs: error: {}\n", e.what());
+    return *fsck ? 2 : 1;
+  }
+  return 0;
+}

@@ -1,0 +1,402 @@
+// Namespace operations: lookup/forget, attributes, and everything that creates,
+// links, removes or renames a directory entry. Each keeps the handle table in step
+// with the tree: a new object gets a row, a removed one loses it, a rename moves it.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+
+#include <spdlog/spdlog.h>
+
+#include "backing.h"
+#include "error.h"
+#include "fs.h"
+
+namespace txnfs {
+
+std::string proc_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+InodePtr inode_of(fuse_req_t req, fuse_ino_t nodeid) {
+  Fs &fs = fs_of(req);
+  if (nodeid == FUSE_ROOT_ID) return fs.root;
+  return fs.inodes.get(nodeid);
+}
+
+namespace {
+
+// Handle-table names are only real entry names; "." and ".." record none.
+bool is_real_name(const char *name) {
+  return name && std::strcmp(name, ".") != 0 && std::strcmp(name, "..") != 0;
+}
+
+int stat_fd(int fd, struct stat *st) {
+  return ::fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 ? 0 : errno;
+}
+
+void fill_entry(const Fs &fs, const Inode &i, const struct stat &st, fuse_entry_param *e) {
+  std::memset(e, 0, sizeof *e);
+  e->ino = i.nodeid;
+  e->generation = i.generation;
+  e->attr = st;
+  e->attr_timeout = fs.opts.attr_timeout;
+  e->entry_timeout = fs.opts.entry_timeout;
+}
+
+// Records the object behind `i` in the handle table: always for a fresh object,
+// otherwise only when the table has no row for it yet (created before txnfs knew
+// the tree, or its row was lost to a crash) or an outdated one.
+void record_handle(Fs &fs, const Inode &i, const BackingId &id, uint64_t parent,
+                   const char *name, bool fresh) {
+  if (!fresh) {
+    auto row = fs.db->handle(i.nodeid);
+    if (row && row->generation == i.generation && row->ino == i.ino) return;
+  }
+  HandleRow row;
+  row.nodeid = i.nodeid;
+  row.generation = i.generation;
+  row.ino = i.ino;
+  row.fh = id.fh;
+  row.type = i.type;
+  if (is_real_name(name)) {
+    row.parent = parent;
+    row.name = name;
+  }
+  fs.db->put_handle(row);
+}
+
+// Shared tail of lookups: `fd` (owned) is an O_PATH fd to the object found as
+// `name` in `parent`.
+int lookup_fd(Fs &fs, int fd, uint64_t parent, const char *name, bool fresh,
+              fuse_entry_param *e) {
+  struct stat st;
+  if (int err = stat_fd(fd, &st)) {
+    ::close(fd);
+    return err;
+  }
+  uint64_t nodeid = fs.nodeid_of(st.st_ino);
+  if (InodePtr known = fs.inodes.get(nodeid)) {
+    ::close(fd);
+    known = fs.inodes.add_lookup(known);
+    fill_entry(fs, *known, st, e);
+    return 0;
+  }
+  auto i = std::make_shared<Inode>();
+  i->fd = fd;
+  i->ino = st.st_ino;
+  i->nodeid = nodeid;
+  i->type = st.st_mode & S_IFMT;
+  BackingId id = backing_id(fd);
+  i->generation = id.generation;
+  record_handle(fs, *i, id, parent, name, fresh);
+  i = fs.inodes.add_lookup(i);
+  fill_entry(fs, *i, st, e);
+  return 0;
+}
+
+int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
+                fuse_entry_param *e) {
+  if (parent->nodeid == FUSE_ROOT_ID && std::strcmp(name, "..") == 0)
+    name = ".";  // the tree root is its own parent: never step into the store
+  int fd = ::openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return errno;
+  return lookup_fd(fs, fd, parent->nodeid, name, fresh, e);
+}
+
+// LOOKUP(nodeid, "."): the kernel resolving a file handle (possibly from before a
+// restart). Serves any nodeid the handle table knows; anything else is stale.
+int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e) {
+  if (InodePtr i = nodeid == FUSE_ROOT_ID ? fs.root : fs.inodes.get(nodeid)) {
+    struct stat st;
+    if (int err = stat_fd(i->fd, &st)) return err;
+    i = fs.inodes.add_lookup(i);
+    fill_entry(fs, *i, st, e);
+    return 0;
+  }
+  auto row = fs.db->handle(nodeid);
+  if (!row) return ENOENT;  // the kernel reports ESTALE
+  int fd = open_by_fh(fs.tree_fd, row->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return ENOENT;
+  struct stat st;
+  if (stat_fd(fd, &st) != 0 || st.st_ino != row->ino || st.st_nlink == 0) {
+    ::close(fd);
+    return ENOENT;
+  }
+  return lookup_fd(fs, fd, 0, nullptr, false, e);
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  Fs &fs = fs_of(req);
+  fuse_entry_param e;
+  int err;
+  try {
+    if (std::strcmp(name, ".") == 0) {
+      err = lookup_self(fs, parent, &e);
+    } else {
+      InodePtr p = inode_of(req, parent);
+      err = p ? lookup_name(fs, p, name, false, &e) : ESTALE;
+      if (err == ENOENT && p) {  // negative entry: the kernel may cache the miss
+        std::memset(&e, 0, sizeof e);
+        e.entry_timeout = fs.opts.entry_timeout;
+        fuse_reply_entry(req, &e);
+        return;
+      }
+    }
+  } catch (const std::exception &ex) {
+    spdlog::error("lookup {} in {}: {}", name, parent, ex.what());
+    err = EIO;
+  }
+  if (err) fuse_reply_err(req, err);
+  else fuse_reply_entry(req, &e);
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t nodeid, uint64_t nlookup) {
+  fs_of(req).inodes.forget(nodeid, nlookup);
+  fuse_reply_none(req);
+}
+
+void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data *forgets) {
+  Fs &fs = fs_of(req);
+  for (size_t k = 0; k < count; k++) fs.inodes.forget(forgets[k].ino, forgets[k].nlookup);
+  fuse_reply_none(req);
+}
+
+void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
+  InodePtr i = inode_of(req, nodeid);
+  struct stat st;
+  int err = i ? stat_fd(i->fd, &st) : ESTALE;
+  if (err) fuse_reply_err(req, err);
+  else fuse_reply_attr(req, &st, fs_of(req).opts.attr_timeout);
+}
+
+void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
+                fuse_file_info *fi) {
+  InodePtr i = inode_of(req, nodeid);
+  if (!i) return (void)fuse_reply_err(req, ESTALE);
+  int rc = 0;
+  if (valid & FUSE_SET_ATTR_MODE)
+    rc = fi ? ::fchmod(int(fi->fh), attr->st_mode) : ::chmod(proc_path(i->fd).c_str(), attr->st_mode);
+  if (rc == 0 && (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
+    uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : uid_t(-1);
+    gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : gid_t(-1);
+    rc = ::fchownat(i->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+  }
+  if (rc == 0 && (valid & FUSE_SET_ATTR_SIZE))
+    rc = fi ? ::ftruncate(int(fi->fh), attr->st_size)
+            : ::truncate(proc_path(i->fd).c_str(), attr->st_size);
+  if (rc == 0 && (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
+    auto pick = [valid](int set, int now, const timespec &t) {
+      if (valid & now) return timespec{0, UTIME_NOW};
+      return (valid & set) ? t : timespec{0, UTIME_OMIT};
+    };
+    timespec tv[2] = {pick(FUSE_SET_ATTR_ATIME, FUSE_SET_ATTR_ATIME_NOW, attr->st_atim),
+                      pick(FUSE_SET_ATTR_MTIME, FUSE_SET_ATTR_MTIME_NOW, attr->st_mtim)};
+    rc = fi ? ::futimens(int(fi->fh), tv) : ::utimensat(i->fd, "", tv, AT_EMPTY_PATH);
+  }
+  if (rc != 0) return (void)fuse_reply_err(req, errno);
+  op_getattr(req, nodeid, fi);
+}
+
+void op_readlink(fuse_req_t req, fuse_ino_t nodeid) {
+  InodePtr i = inode_of(req, nodeid);
+  if (!i) return (void)fuse_reply_err(req, ESTALE);
+  char buf[PATH_MAX + 1];
+  ssize_t n = ::readlinkat(i->fd, "", buf, sizeof buf);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  if (n == ssize_t(sizeof buf)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  buf[n] = 0;
+  fuse_reply_readlink(req, buf);
+}
+
+// Gives a just-created entry the caller's ownership (the daemon creates as root).
+// In a set-group-ID directory the group stays the directory's, as the backing file
+// system set it. chown clears set-ID bits, so they are put back afterwards.
+int own_new_entry(fuse_req_t req, const InodePtr &parent, const char *name, mode_t mode) {
+  const fuse_ctx *ctx = fuse_req_ctx(req);
+  struct stat pst;
+  if (int err = stat_fd(parent->fd, &pst)) return err;
+  gid_t gid = (pst.st_mode & S_ISGID) ? gid_t(-1) : ctx->gid;
+  if (ctx->uid == 0 && (gid == gid_t(-1) || gid == 0)) return 0;
+  if (::fchownat(parent->fd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+  if (!S_ISLNK(mode) && (mode & (S_ISUID | S_ISGID | S_ISVTX)) &&
+      ::fchmodat(parent->fd, name, mode & 07777, 0) != 0)
+    return errno;
+  return 0;
+}
+
+// Common tail of mknod/mkdir/symlink: ownership, handle row, reply.
+void finish_new_entry(fuse_req_t req, const InodePtr &parent, const char *name, mode_t mode) {
+  Fs &fs = fs_of(req);
+  fuse_entry_param e;
+  int err = own_new_entry(req, parent, name, mode);
+  try {
+    if (!err) err = lookup_name(fs, parent, name, true, &e);
+  } catch (const std::exception &ex) {
+    spdlog::error("recording new entry {} in {}: {}", name, parent->nodeid, ex.what());
+    err = EIO;
+  }
+  if (err) {  // leave no half-made entry behind
+    ::unlinkat(parent->fd, name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
+    return (void)fuse_reply_err(req, err);
+  }
+  fuse_reply_entry(req, &e);
+}
+
+void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev) {
+  InodePtr p = inode_of(req, parent);
+  if (!p) return (void)fuse_reply_err(req, ESTALE);
+  if (::mknodat(p->fd, name, mode, rdev) != 0) return (void)fuse_reply_err(req, errno);
+  finish_new_entry(req, p, name, mode);
+}
+
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
+  InodePtr p = inode_of(req, parent);
+  if (!p) return (void)fuse_reply_err(req, ESTALE);
+  if (::mkdirat(p->fd, name, mode) != 0) return (void)fuse_reply_err(req, errno);
+  finish_new_entry(req, p, name, S_IFDIR | mode);
+}
+
+void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name) {
+  InodePtr p = inode_of(req, parent);
+  if (!p) return (void)fuse_reply_err(req, ESTALE);
+  if (::symlinkat(link, p->fd, name) != 0) return (void)fuse_reply_err(req, errno);
+  finish_new_entry(req, p, name, S_IFLNK | 0777);
+}
+
+void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+               fuse_file_info *fi) {
+  Fs &fs = fs_of(req);
+  InodePtr p = inode_of(req, parent);
+  if (!p) return (void)fuse_reply_err(req, ESTALE);
+  int fd = ::openat(p->fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
+  if (fd < 0) return (void)fuse_reply_err(req, errno);
+  fuse_entry_param e;
+  int err = own_new_entry(req, p, name, S_IFREG | mode);
+  try {
+    if (!err) err = lookup_name(fs, p, name, true, &e);
+  } catch (const std::exception &ex) {
+    spdlog::error("recording new file {} in {}: {}", name, parent, ex.what());
+    err = EIO;
+  }
+  if (err) {
+    ::close(fd);
+    ::unlinkat(p->fd, name, 0);
+    return (void)fuse_reply_err(req, err);
+  }
+  fi->fh = uint64_t(fd);
+  fi->keep_cache = 1;
+  fi->noflush = 1;
+  if (fi->flags & O_DIRECT) fi->direct_io = 1;
+  fuse_reply_create(req, &e, fi);
+}
+
+void op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent, const char *newname) {
+  Fs &fs = fs_of(req);
+  InodePtr i = inode_of(req, nodeid), p = inode_of(req, newparent);
+  if (!i || !p) return (void)fuse_reply_err(req, ESTALE);
+  if (::linkat(AT_FDCWD, proc_path(i->fd).c_str(), p->fd, newname, AT_SYMLINK_FOLLOW) != 0)
+    return (void)fuse_reply_err(req, errno);
+  struct stat st;
+  if (int err = stat_fd(i->fd, &st)) return (void)fuse_reply_err(req, err);
+  fuse_entry_param e;
+  fs.inodes.add_lookup_existing(i);
+  fill_entry(fs, *i, st, &e);
+  fuse_reply_entry(req, &e);
+}
+
+// After `victim_fd`'s entry (parent, name) was removed or replaced: drop the row when
+// the object is gone, else forget that name of it.
+void unrecord_name(Fs &fs, int victim_fd, uint64_t parent, const char *name) {
+  struct stat st;
+  if (stat_fd(victim_fd, &st) != 0) return;
+  if (st.st_nlink == 0 || S_ISDIR(st.st_mode))
+    fs.db->remove_handle(fs.nodeid_of(st.st_ino));
+  else
+    fs.db->clear_handle_name(parent, name);
+}
+
+void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, int flags) {
+  Fs &fs = fs_of(req);
+  InodePtr p = inode_of(req, parent);
+  if (!p) return (void)fuse_reply_err(req, ESTALE);
+  int victim = ::openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (victim < 0) return (void)fuse_reply_err(req, errno);
+  int err = ::unlinkat(p->fd, name, flags) == 0 ? 0 : errno;
+  try {
+    if (!err) unrecord_name(fs, victim, parent, name);
+  } catch (const std::exception &ex) {
+    spdlog::error("unrecording {} in {}: {}", name, parent, ex.what());
+  }
+  ::close(victim);
+  fuse_reply_err(req, err);
+}
+
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  remove_entry(req, parent, name, 0);
+}
+
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  remove_entry(req, parent, name, AT_REMOVEDIR);
+}
+
+void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+               const char *newname, unsigned int flags) {
+  Fs &fs = fs_of(req);
+  InodePtr p = inode_of(req, parent), np = inode_of(req, newparent);
+  if (!p || !np) return (void)fuse_reply_err(req, ESTALE);
+  int src = ::openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (src < 0) return (void)fuse_reply_err(req, errno);
+  int dst = ::openat(np->fd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  struct stat sst, dst_st;
+  bool same = false;
+  if (dst >= 0 && stat_fd(src, &sst) == 0 && stat_fd(dst, &dst_st) == 0)
+    same = sst.st_ino == dst_st.st_ino;  // hard links of one object: rename does nothing
+  int err = ::renameat2(p->fd, name, np->fd, newname, flags) == 0 ? 0 : errno;
+  try {
+    if (!err && !same && stat_fd(src, &sst) == 0) {
+      fs.db->transaction([&] {
+        uint64_t src_id = fs.nodeid_of(sst.st_ino);
+        if (flags & RENAME_EXCHANGE) {
+          if (dst >= 0 && stat_fd(dst, &dst_st) == 0)
+            fs.db->set_handle_name(fs.nodeid_of(dst_st.st_ino), parent, name);
+        } else if (dst >= 0) {
+          unrecord_name(fs, dst, newparent, newname);
+        }
+        fs.db->set_handle_name(src_id, newparent, newname);
+      });
+    }
+  } catch (const std::exception &ex) {
+    spdlog::error("recording rename {} -> {}: {}", name, newname, ex.what());
+  }
+  ::close(src);
+  if (dst >= 0) ::close(dst);
+  fuse_reply_err(req, err);
+}
+
+}  // namespace
+
+// Registers the namespace ops; the data and directory ops add theirs.
+void add_entry_ops(fuse_lowlevel_ops &ops) {
+  ops.lookup = op_lookup;
+  ops.forget = op_forget;
+  ops.forget_multi = op_forget_multi;
+  ops.getattr = op_getattr;
+  ops.setattr = op_setattr;
+  ops.readlink = op_readlink;
+  ops.mknod = op_mknod;
+  ops.mkdir = op_mkdir;
+  ops.symlink = op_symlink;
+  ops.create = op_create;
+  ops.link = op_link;
+  ops.unlink = op_unlink;
+  ops.rmdir = op_rmdir;
+  ops.rename = op_rename;
+}
+
+int do_lookup(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e) {
+  return lookup_name(fs, parent, name, false, e);
+}
+
+}  // namespace txnfs

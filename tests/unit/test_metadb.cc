@@ -1,0 +1,132 @@
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "error.h"
+#include "metadb.h"
+#include "tmpdir.h"
+
+using namespace txnfs;
+
+namespace {
+
+HandleRow row(uint64_t nodeid, std::optional<uint64_t> parent = {}, std::string name = {}) {
+  HandleRow r;
+  r.nodeid = nodeid;
+  r.generation = 7;
+  r.ino = nodeid + 1000;
+  r.fh = std::string("\x81\0\0\0abcdefghijkl", 16);
+  r.type = 0100000;
+  r.parent = parent;
+  r.name = name;
+  return r;
+}
+
+void sql(const std::string &path, const char *stmt) {
+  sqlite3 *db;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, stmt, nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+}
+
+}  // namespace
+
+TEST_CASE("a new database carries the schema version and a store uuid") {
+  TmpDir t;
+  auto db = MetaDb::create(t.path + "/m.db");
+  CHECK(db->get_meta("schema_version") == std::to_string(kSchemaVersion));
+  CHECK(db->get_meta("store_uuid")->size() == 36);
+  CHECK(db->handle_count() == 0);
+  CHECK_THROWS_AS(MetaDb::create(t.path + "/m.db"), Error);
+}
+
+TEST_CASE("handle rows round-trip, get uuids, and follow renames and removals") {
+  TmpDir t;
+  auto db = MetaDb::create(t.path + "/m.db");
+  HandleRow dir = row(5, 1, "d");
+  HandleRow file = row(6, 5, "f");
+  db->put_handle(dir);
+  db->put_handle(file);
+  CHECK(file.uuid.size() == 36);
+  CHECK(file.uuid != dir.uuid);
+
+  auto got = db->handle(6);
+  REQUIRE(got);
+  CHECK(got->uuid == file.uuid);
+  CHECK(got->fh == file.fh);
+  CHECK(got->parent == 5u);
+  CHECK(got->name == "f");
+  CHECK(got->generation == 7);
+
+  db->set_handle_name(6, 1, "g");
+  CHECK(db->handle(6)->name == "g");
+  CHECK(db->handle(6)->parent == 1u);
+  db->clear_handle_name(1, "g");
+  CHECK_FALSE(db->handle(6)->parent.has_value());
+
+  db->remove_handle(6);
+  CHECK_FALSE(db->handle(6));
+  CHECK(db->handle_count() == 1);
+}
+
+TEST_CASE("a row for a reused inode number replaces the stale one") {
+  TmpDir t;
+  auto db = MetaDb::create(t.path + "/m.db");
+  HandleRow a = row(9, 1, "a");
+  db->put_handle(a);
+  HandleRow b = row(9, 1, "b");
+  b.generation = 8;
+  db->put_handle(b);
+  CHECK(db->handle_count() == 1);
+  CHECK(db->handle(9)->generation == 8);
+  CHECK(db->handle(9)->uuid == b.uuid);
+}
+
+TEST_CASE("a failed transaction leaves no trace") {
+  TmpDir t;
+  auto db = MetaDb::create(t.path + "/m.db");
+  HandleRow a = row(3, 1, "a");
+  CHECK_THROWS(db->transaction([&] {
+    db->put_handle(a);
+    throw std::runtime_error("boom");
+  }));
+  CHECK_FALSE(db->handle(3));
+}
+
+TEST_CASE("open refuses missing, foreign, corrupt and newer databases") {
+  TmpDir t;
+  std::string path = t.path + "/m.db";
+  CHECK_THROWS_WITH(MetaDb::open(path), Catch::Contains("no metadata database"));
+
+  std::ofstream(path) << std::string(8192, 'x');
+  CHECK_THROWS_WITH(MetaDb::open(path), Catch::Contains("unreadable"));
+  std::remove(path.c_str());
+
+  MetaDb::create(path).reset();
+  sql(path, "PRAGMA user_version = 99");
+  CHECK_THROWS_WITH(MetaDb::open(path), Catch::Contains("schema version 99"));
+
+  std::string other = t.path + "/other.db";
+  sql(other, "CREATE TABLE x(y)");
+  CHECK_THROWS_WITH(MetaDb::open(other), Catch::Contains("schema version 0"));
+}
+
+TEST_CASE("the database survives reopening") {
+  TmpDir t;
+  std::string path = t.path + "/m.db";
+  std::string uuid;
+  {
+    auto db = MetaDb::create(path);
+    HandleRow r = row(4, 1, "x");
+    db->put_handle(r);
+    uuid = r.uuid;
+    db->sync();
+  }
+  auto db = MetaDb::open(path);
+  REQUIRE(db->handle(4));
+  CHECK(db->handle(4)->uuid == uuid);
+}

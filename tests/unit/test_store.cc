@@ -1,0 +1,72 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "backing.h"
+#include "error.h"
+#include "metadb.h"
+#include "store.h"
+#include "tmpdir.h"
+
+using namespace txnfs;
+
+// /tmp is not XFS here, so these tests run the copy-backup path; the XFS path is
+// covered by the integration tests on a loop-mounted image.
+TEST_CASE("init makes the layout and a root row, and refuses a second init") {
+  TmpDir t;
+  std::string s = t.path + "/store";
+  if (!supports_reflink(t.path)) CHECK_THROWS_WITH(init_store(s, false), Catch::Contains("reflink"));
+  init_store(s, true);
+  StorePaths p = StorePaths::of(s);
+  check_store_layout(p);
+  auto db = MetaDb::open(p.db);
+  auto root = db->handle(1);
+  REQUIRE(root);
+  struct stat st;
+  REQUIRE(::stat(p.tree.c_str(), &st) == 0);
+  CHECK(root->ino == st.st_ino);
+  CHECK(root->type == S_IFDIR);
+  CHECK_THROWS_WITH(init_store(s, true), Catch::Contains("already a txnfs store"));
+}
+
+TEST_CASE("init refuses a non-empty directory and leaves it alone") {
+  TmpDir t;
+  std::ofstream(t.path + "/keep") << "x";
+  CHECK_THROWS_WITH(init_store(t.path, true), Catch::Contains("not empty"));
+  struct stat st;
+  CHECK(::stat((t.path + "/.txnfs").c_str(), &st) != 0);
+}
+
+TEST_CASE("the store lock admits one holder") {
+  TmpDir t;
+  std::string s = t.path + "/store";
+  init_store(s, true);
+  StorePaths p = StorePaths::of(s);
+  StoreLock first(p);
+  CHECK_THROWS_WITH(StoreLock(p), Catch::Contains("already mounted"));
+}
+
+TEST_CASE("backing handles reopen the same object and go stale when it is removed") {
+  TmpDir t;
+  std::string f = t.path + "/f";
+  std::ofstream(f) << "data";
+  int fd = ::open(f.c_str(), O_PATH);
+  REQUIRE(fd >= 0);
+  BackingId id = backing_id(fd);
+  ::close(fd);
+  int mnt = ::open(t.path.c_str(), O_RDONLY | O_DIRECTORY);
+  int again = open_by_fh(mnt, id.fh, O_RDONLY);
+  REQUIRE(again >= 0);
+  struct stat st;
+  ::fstat(again, &st);
+  CHECK(st.st_ino == id.ino);
+  ::close(again);
+  ::unlink(f.c_str());
+  CHECK(open_by_fh(mnt, id.fh, O_RDONLY) == -ESTALE);
+  CHECK(open_by_fh(mnt, "xx", O_RDONLY) == -ESTALE);
+  ::close(mnt);
+}
