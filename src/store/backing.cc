@@ -1,6 +1,7 @@
 #include "backing.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,12 +35,15 @@ BackingId backing_id(int fd) {
     throw_errno("name_to_handle_at", errno);
   BackingId id;
   const unsigned char *f = h->f_handle;
+  struct stat st;
+  if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) throw_errno("stat", errno);
+  id.ino = st.st_ino;
   if (h->handle_type == kXfsFileIdIno64Gen && h->handle_bytes >= 12) {
-    std::memcpy(&id.ino, f, 8);
     id.generation = load32(f + 8);
   } else if (h->handle_type == kFileIdIno32Gen && h->handle_bytes >= 8) {
-    id.ino = load32(f);
-    id.generation = load32(f + 4);
+    // ext4 and XFS with 32-bit inodes put the inode number first; tmpfs puts the
+    // generation first.
+    id.generation = load32(f) == uint32_t(st.st_ino) ? load32(f + 4) : load32(f);
   } else {
     throw Error("unsupported backing file handle type " + std::to_string(h->handle_type),
                 "the store must live on XFS (or ext4 with --allow-copy-backups)");

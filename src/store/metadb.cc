@@ -69,7 +69,8 @@ MetaDb::MetaDb(sqlite3 *db, std::string path) : db_(db), path_(std::move(path)) 
 
 MetaDb::~MetaDb() {
   for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
-                 clear_name_, all_handles_, count_handles_})
+                 clear_name_, all_handles_, count_handles_, insert_txn_, set_txn_, del_txn_,
+                 committed_})
     sqlite3_finalize(s);
   sqlite3_close(db_);
 }
@@ -107,6 +108,12 @@ void MetaDb::prepare_all() {
       "SELECT nodeid, generation, uuid, ino, fh, type, parent, name FROM handles "
       "ORDER BY nodeid");
   count_handles_ = prep("SELECT count(*) FROM handles");
+  insert_txn_ = prep("INSERT INTO txns(state, uid, pid, flags) VALUES ('active', ?1, ?2, ?3)");
+  set_txn_ = prep(
+      "UPDATE txns SET state = ?2, "
+      "ended = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?1");
+  del_txn_ = prep("DELETE FROM txns WHERE id = ?1");
+  committed_ = prep("SELECT id FROM txns WHERE state = 'committed' ORDER BY id");
 }
 
 std::unique_ptr<MetaDb> MetaDb::create(const std::string &path) {
@@ -275,6 +282,41 @@ uint64_t MetaDb::handle_count() {
   Stmt s(*this, count_handles_);
   s.step();
   return uint64_t(s.i64(0));
+}
+
+uint64_t MetaDb::insert_txn(uint32_t uid, int32_t pid, uint32_t flags) {
+  std::lock_guard g(mu_);
+  Stmt s(*this, insert_txn_);
+  s.bind(1, int64_t(uid)).bind(2, int64_t(pid)).bind(3, int64_t(flags));
+  s.step();
+  return uint64_t(sqlite3_last_insert_rowid(db_));
+}
+
+void MetaDb::set_txn_state(uint64_t id, const char *state) {
+  std::lock_guard g(mu_);
+  Stmt s(*this, set_txn_);
+  s.bind(1, int64_t(id)).bind(2, std::string(state));
+  s.step();
+}
+
+void MetaDb::delete_txn(uint64_t id) {
+  std::lock_guard g(mu_);
+  Stmt s(*this, del_txn_);
+  s.bind(1, int64_t(id));
+  s.step();
+}
+
+void MetaDb::clear_txns() {
+  std::lock_guard g(mu_);
+  exec("DELETE FROM txns");
+}
+
+std::vector<uint64_t> MetaDb::committed_txns() {
+  std::lock_guard g(mu_);
+  Stmt s(*this, committed_);
+  std::vector<uint64_t> out;
+  while (s.step()) out.push_back(uint64_t(s.i64(0)));
+  return out;
 }
 
 void MetaDb::transaction(const std::function<void()> &fn) {

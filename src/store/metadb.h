@@ -12,13 +12,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 struct sqlite3;
 struct sqlite3_stmt;
 
 namespace txnfs {
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 struct HandleRow {
   uint64_t nodeid = 0;
@@ -56,6 +57,15 @@ class MetaDb {
   void for_each_handle(const std::function<void(const HandleRow &)> &fn);
   uint64_t handle_count();
 
+  // Transaction records (see the txns table in schema.sql).
+  uint64_t insert_txn(uint32_t uid, int32_t pid, uint32_t flags);
+  void set_txn_state(uint64_t id, const char *state);
+  void delete_txn(uint64_t id);
+  // Forgets every transaction record (after recovery has dealt with all of them).
+  void clear_txns();
+  // Ids whose commit record is present.
+  std::vector<uint64_t> committed_txns();
+
   // Runs `fn` inside one SQLite transaction (nested calls join the outer one).
   void transaction(const std::function<void()> &fn);
 
@@ -78,7 +88,9 @@ class MetaDb {
   int tx_depth_ = 0;
   sqlite3_stmt *get_meta_ = nullptr, *set_meta_ = nullptr, *get_handle_ = nullptr,
                *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,
-               *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr;
+               *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr,
+               *insert_txn_ = nullptr, *set_txn_ = nullptr, *del_txn_ = nullptr,
+               *committed_ = nullptr;
 };
 
 }  // namespace txnfs

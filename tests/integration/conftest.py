@@ -1,0 +1,100 @@
+"""pytest fixtures for the txnfs integration tests (run as root).
+
+    xfs    a fresh sparse 1 GiB XFS image (reflink=1), loop-mounted; .dir is its root
+    store  `txnfs init <xfs.dir>/store`; .path, .tree, .db
+    mnt    a txnfs mount of `store` (daemon mode, --pid-file) at a fresh mount point;
+           .path, .store, .pid, .umount(), .mount(), .kill9(), .remount().
+           Teardown unmounts, makes sure no daemon is left, and asserts that
+           `txnfs fsck STORE` exits 0 -- unless the test set `mnt.expect_dirty = True`.
+
+The binary is $TXNFS_BIN or <repo>/build/src/txnfuse/txnfs.  Every test gets its own
+image, store and mount, so tests are independent and can run in any order.
+A watchdog kills the txnfs daemons of a test that runs longer than
+$TXNFS_TEST_TIMEOUT seconds (default 180), so a hung FUSE request fails the test
+instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import txnfs_lib as tl  # noqa: E402
+
+TEST_TIMEOUT = float(os.environ.get("TXNFS_TEST_TIMEOUT", "180"))
+
+_active_mounts: list[tl.Mount] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _preconditions():
+    assert os.geteuid() == 0, "the txnfs integration tests must run as root"
+    b = tl.txnfs_bin()
+    assert os.path.isfile(b) and os.access(b, os.X_OK), (
+        f"txnfs binary not found at {b}: build it (ninja -C build) or set TXNFS_BIN")
+    assert os.path.exists("/dev/fuse"), "/dev/fuse is missing"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    fired = []
+
+    def watchdog():
+        fired.append(True)
+        sys.stderr.write(f"\n*** {item.nodeid}: exceeded {TEST_TIMEOUT:.0f} s; "
+                         f"killing its txnfs daemons ***\n")
+        for m in list(_active_mounts):
+            if m.pid is not None:
+                tl.kill_and_wait(m.pid, 5)
+
+    t = threading.Timer(TEST_TIMEOUT, watchdog)
+    t.daemon = True
+    t.start()
+    try:
+        yield
+    finally:
+        t.cancel()
+
+
+@pytest.fixture
+def xfs():
+    img = tl.XfsImage()
+    try:
+        yield img
+    finally:
+        img.close()
+
+
+@pytest.fixture
+def store(xfs):
+    return tl.Store(xfs.dir / "store").init()
+
+
+@pytest.fixture
+def mnt(store, xfs):
+    m = tl.Mount(store, xfs.tmp / "mnt", xfs.tmp / "txnfs.pid")
+    _active_mounts.append(m)
+    try:
+        m.mount()
+        yield m
+    finally:
+        try:
+            m.close()
+        finally:
+            _active_mounts.remove(m)
+
+
+@pytest.fixture
+def other_mountpoint(xfs):
+    """A second, empty directory usable as a mount point (cleaned up if mounted)."""
+    p = xfs.tmp / "mnt2"
+    p.mkdir()
+    yield p
+    if tl.is_mounted(p):
+        tl.run(["fusermount3", "-u", str(p)])
+        tl.lazy_umount(p)

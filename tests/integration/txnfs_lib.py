@@ -1,0 +1,684 @@
+"""Helpers for the txnfs integration tests.
+
+Everything here runs as root on Linux: loop-mounted XFS images, FUSE mounts of
+txnfs stores, running code as another uid, and ctypes wrappers for the syscalls
+Python does not expose (name_to_handle_at, open_by_handle_at, renameat2,
+fallocate with flags, raw readdir with d_type).
+
+Nothing in this module knows about pytest; conftest.py turns it into fixtures.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import hashlib
+import os
+import pickle
+import shutil
+import signal
+import sqlite3
+import struct
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Upper bound for any single CLI call; a hang is a failure, not a stuck suite.
+CMD_TIMEOUT = 60
+NOBODY_UID = 65534
+NOBODY_GID = 65534
+
+
+# --------------------------------------------------------------------------
+# the binary and running commands
+# --------------------------------------------------------------------------
+
+def txnfs_bin() -> str:
+    """Path of the txnfs CLI: $TXNFS_BIN, else <repo>/build/src/txnfuse/txnfs."""
+    env = os.environ.get("TXNFS_BIN")
+    return env if env else str(REPO / "build" / "src" / "txnfuse" / "txnfs")
+
+
+def run(cmd, *, check=False, timeout=CMD_TIMEOUT, input=None) -> subprocess.CompletedProcess:
+    """Run a command, capture text output; raise with the output on check failure."""
+    cmd = [str(c) for c in cmd]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       input=input, stdin=None if input is not None else subprocess.DEVNULL)
+    if check and p.returncode != 0:
+        raise AssertionError(
+            f"command failed (exit {p.returncode}): {' '.join(cmd)}\n"
+            f"--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}")
+    return p
+
+
+def txnfs(*args, check=False, timeout=CMD_TIMEOUT) -> subprocess.CompletedProcess:
+    return run([txnfs_bin(), *args], check=check, timeout=timeout)
+
+
+def output_of(p: subprocess.CompletedProcess) -> str:
+    return (p.stdout or "") + (p.stderr or "")
+
+
+# --------------------------------------------------------------------------
+# mount table and processes
+# --------------------------------------------------------------------------
+
+def _unescape_mountinfo(s: str) -> str:
+    return (s.replace("\\040", " ").replace("\\011", "\t")
+             .replace("\\012", "\n").replace("\\134", "\\"))
+
+
+def mount_entry(path) -> dict | None:
+    """The (last) /proc/self/mountinfo entry whose mount point is `path`, or None.
+
+    Works for dead FUSE mounts too, unlike os.path.ismount (which lstat()s and gets
+    ENOTCONN)."""
+    path = os.path.realpath(str(path)) if os.path.exists(str(path)) else os.path.abspath(str(path))
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.rstrip("\n").partition(" - ")
+            fields = left.split()
+            rfields = right.split()
+            if _unescape_mountinfo(fields[4]) == path:
+                found = {"mount_id": int(fields[0]), "dev": fields[2],
+                         "fstype": rfields[0], "source": _unescape_mountinfo(rfields[1]),
+                         "options": fields[5], "super_options": rfields[2] if len(rfields) > 2 else ""}
+    return found
+
+
+def is_mounted(path) -> bool:
+    return mount_entry(path) is not None
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (PID 1 may not reap)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    state = stat.rpartition(")")[2].split()[0]
+    return state not in ("Z", "X")
+
+
+def wait_dead(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.02)
+    return not pid_alive(pid)
+
+
+def kill_and_wait(pid: int, timeout: float = 10.0) -> bool:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    return wait_dead(pid, timeout)
+
+
+def lazy_umount(path) -> None:
+    if is_mounted(path):
+        run(["umount", "-l", str(path)])
+
+
+# --------------------------------------------------------------------------
+# XFS image
+# --------------------------------------------------------------------------
+
+class XfsImage:
+    """A fresh sparse 1 GiB XFS (reflink=1) image in a mktemp dir, loop-mounted at .dir."""
+
+    def __init__(self, size=1 << 30, mkfs=("mkfs.xfs", "-q", "-m", "reflink=1"), fstype="xfs"):
+        self.tmp = Path(tempfile.mkdtemp(prefix="txnfs-it-"))
+        os.chmod(self.tmp, 0o755)   # other uids (as_user tests) must reach the mount point
+        self.image = self.tmp / "image"
+        self.dir = self.tmp / "fs"
+        self.fstype = fstype
+        self.loopdev = None
+        self.dir.mkdir()
+        with open(self.image, "wb") as f:
+            f.truncate(size)
+        try:
+            run([*mkfs, str(self.image)], check=True)
+            run(["mount", "-o", "loop", str(self.image), str(self.dir)], check=True)
+            ent = mount_entry(self.dir)
+            assert ent is not None and ent["fstype"] == fstype, ent
+            self.loopdev = ent["source"]
+        except BaseException:
+            self.close()
+            raise
+
+    def _loops_of_image(self) -> list[str]:
+        p = run(["losetup", "-j", str(self.image)])
+        return [line.split(":", 1)[0] for line in p.stdout.splitlines() if line.strip()]
+
+    def close(self) -> None:
+        """Unmount, make sure the loop device is gone, delete the temp dir.  Never raises
+        before everything was tried; raises at the end if something stayed behind."""
+        problems = []
+        if is_mounted(self.dir):
+            p = run(["umount", str(self.dir)])
+            if p.returncode != 0:
+                problems.append(f"umount {self.dir}: {p.stderr.strip()} (falling back to umount -l)")
+                run(["umount", "-l", str(self.dir)])
+        # loop devices are auto-cleared on umount (mount -o loop sets LO_FLAGS_AUTOCLEAR);
+        # detach explicitly if one is still attached.
+        for _ in range(50):
+            loops = self._loops_of_image() if self.image.exists() else []
+            if not loops:
+                break
+            for dev in loops:
+                run(["losetup", "-d", dev])
+            time.sleep(0.05)
+        else:
+            problems.append(f"loop device(s) still attached to {self.image}: {loops}")
+        if not is_mounted(self.dir):
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        if problems:
+            raise AssertionError("; ".join(problems))
+
+
+# --------------------------------------------------------------------------
+# store and mount
+# --------------------------------------------------------------------------
+
+class Store:
+    def __init__(self, path):
+        self.path = Path(path)
+        self.tree = self.path / "tree"
+        self.internal = self.path / ".txnfs"
+        self.db = self.internal / "meta.db"
+
+    def init(self, *extra):
+        txnfs("init", self.path, *extra, check=True)
+        return self
+
+    def fsck(self) -> subprocess.CompletedProcess:
+        return txnfs("fsck", self.path)
+
+    # -- direct database access (tests only; read-only unless asked) --------
+    def connect(self, readonly=True) -> sqlite3.Connection:
+        if readonly:
+            con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=10)
+        else:
+            con = sqlite3.connect(str(self.db), timeout=10)
+        con.row_factory = sqlite3.Row
+        return con
+
+    def query(self, sql, params=()):
+        # a read-write connection: closing it removes the -wal/-shm files again (a
+        # read-only one would leave an empty -wal behind and change the store's files)
+        con = self.connect(readonly=False)
+        try:
+            return [dict(r) for r in con.execute(sql, params).fetchall()]
+        finally:
+            con.close()
+
+    def execute(self, sql, params=()):
+        con = self.connect(readonly=False)
+        try:
+            with con:
+                con.execute(sql, params)
+        finally:
+            con.close()
+
+    def handle_row(self, nodeid):
+        rows = self.query("SELECT * FROM handles WHERE nodeid = ?", (nodeid,))
+        return rows[0] if rows else None
+
+
+class Mount:
+    """A txnfs mount (daemon mode, --pid-file) of `store` at a fresh mount point."""
+
+    def __init__(self, store: Store, path, pid_file):
+        self.store = store
+        self.path = Path(path)
+        self.pid_file = Path(pid_file)
+        self.pid = None
+        self.expect_dirty = False   # set by a test that leaves the store damaged on purpose
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def mounted(self) -> bool:
+        return is_mounted(self.path)
+
+    def mount(self, *extra):
+        assert not self.mounted, f"{self.path} is already mounted"
+        if self.pid_file.exists():
+            self.pid_file.unlink()
+        log = os.environ.get("TXNFS_TEST_LOG_DIR")  # keep daemon logs for debugging
+        if log:
+            extra = (*extra, "--log-file", os.path.join(log, f"txnfs-{os.getpid()}-{time.monotonic_ns()}.log"))
+        p = txnfs("mount", self.store.path, self.path, "--pid-file", self.pid_file, *extra)
+        if p.returncode != 0:
+            # a failed mount must not leave anything behind; clean up if it did
+            self._cleanup_after_failed_mount()
+            raise AssertionError(f"txnfs mount failed (exit {p.returncode}):\n{output_of(p)}")
+        # the contract: the daemon's PID is in --pid-file and the mount is ready when
+        # `txnfs mount` returns (no polling: a late pid file is a race for every caller)
+        text = self.pid_file.read_text() if self.pid_file.exists() else None
+        assert text is not None, "txnfs mount returned 0 but the --pid-file does not exist yet"
+        assert text.strip().isdigit(), (
+            f"txnfs mount returned 0 but the --pid-file holds {text!r}, not a PID (written late?)")
+        self.pid = int(text.strip())
+        assert pid_alive(self.pid), f"daemon pid {self.pid} from --pid-file is not running"
+        ent = mount_entry(self.path)
+        assert ent is not None, "txnfs mount returned 0 but nothing is mounted (daemon mode must return when ready)"
+        assert ent["fstype"].startswith("fuse"), ent
+        return self
+
+    def _cleanup_after_failed_mount(self):
+        pid = None
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            pass
+        if self.mounted:
+            run(["fusermount3", "-u", str(self.path)])
+        if pid and pid_alive(pid) and not wait_dead(pid, 5):
+            kill_and_wait(pid)
+        lazy_umount(self.path)
+
+    def umount(self):
+        assert self.mounted, f"{self.path} is not mounted"
+        p = txnfs("umount", self.path)
+        assert p.returncode == 0, f"txnfs umount failed (exit {p.returncode}):\n{output_of(p)}"
+        assert not self.mounted, "txnfs umount returned 0 but the mount is still there"
+        if self.pid is not None:
+            assert wait_dead(self.pid, 15), f"daemon {self.pid} still running 15 s after umount"
+        self.pid = None
+
+    def remount(self, *extra):
+        self.umount()
+        return self.mount(*extra)
+
+    def kill9(self):
+        """kill -9 the daemon, wait until it is gone, clean the dead mount point."""
+        assert self.pid is not None
+        assert kill_and_wait(self.pid, 15), f"daemon {self.pid} survived SIGKILL"
+        self.pid = None
+        p = run(["umount", "-l", str(self.path)])
+        assert p.returncode == 0, f"umount -l {self.path}: {p.stderr}"
+        assert not self.mounted
+
+    def close(self):
+        """Fixture teardown: never leave a mount or a daemon behind, then demand a clean fsck."""
+        problems = []
+        if self.pid is None and self.mounted:
+            # mount() failed its checks after the daemon started: find the daemon anyway
+            try:
+                self.pid = int(self.pid_file.read_text().strip())
+            except (OSError, ValueError):
+                pass
+        if self.mounted:
+            p = txnfs("umount", self.path)
+            if p.returncode != 0:
+                problems.append(f"txnfs umount failed at teardown: {output_of(p).strip()}")
+                run(["fusermount3", "-u", str(self.path)])
+        if self.pid is not None and pid_alive(self.pid):
+            if not wait_dead(self.pid, 15):
+                problems.append(f"daemon {self.pid} still running after umount; killed")
+                kill_and_wait(self.pid)
+        self.pid = None
+        if self.mounted:
+            problems.append("mount point still mounted at teardown; lazily unmounted")
+            lazy_umount(self.path)
+        if problems:
+            raise AssertionError("; ".join(problems))
+        if not self.expect_dirty:
+            p = self.store.fsck()
+            assert p.returncode == 0, (
+                f"txnfs fsck {self.store.path} after the test: exit {p.returncode}\n{output_of(p)}")
+
+
+# --------------------------------------------------------------------------
+# hashing a directory tree (byte-identical checks)
+# --------------------------------------------------------------------------
+
+def hash_tree(root, skip_suffixes=("-shm",)) -> dict:
+    """{relative path: description} for every entry under root (content hash for files).
+
+    SQLite's -shm file is a volatile shared-memory index that any reader rewrites; it
+    is not store content and is skipped."""
+    root = Path(root)
+    out = {}
+    if not root.exists():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            if any(rel.endswith(s) for s in skip_suffixes):
+                continue
+            st = p.lstat()
+            if p.is_symlink():
+                out[rel] = ("symlink", os.readlink(p))
+            elif p.is_file():
+                out[rel] = ("file", st.st_mode, st.st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+            else:
+                out[rel] = ("other", st.st_mode)
+    return out
+
+
+def sha256_file(path, bufsize=1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(bufsize)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
+# --------------------------------------------------------------------------
+# run a callable as another user
+# --------------------------------------------------------------------------
+
+def as_user(fn, *args, uid=NOBODY_UID, gid=NOBODY_GID, groups=(), **kwargs):
+    """Run fn(*args, **kwargs) in a forked child with the given uid/gid (no
+    supplementary groups) and return its result; an exception raised in the child
+    (e.g. OSError(EACCES)) is re-raised in the parent.  Result and exception must
+    be picklable."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            os.close(r)
+            try:
+                os.setgroups(list(groups))
+                os.setgid(gid)
+                os.setuid(uid)
+                res = ("ok", fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 - transported to the parent
+                res = ("exc", e)
+            try:
+                data = pickle.dumps(res)
+            except Exception as e:  # noqa: BLE001
+                data = pickle.dumps(("exc", RuntimeError(f"unpicklable result {res!r}: {e}")))
+            view = memoryview(data)
+            while view:
+                n = os.write(w, view)
+                view = view[n:]
+        except BaseException:  # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks = []
+    with os.fdopen(r, "rb") as f:
+        while True:
+            b = f.read(65536)
+            if not b:
+                break
+            chunks.append(b)
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        raise RuntimeError(f"as_user child died without a result (status {status:#x})")
+    kind, val = pickle.loads(b"".join(chunks))
+    if kind == "exc":
+        raise val
+    return val
+
+
+# --------------------------------------------------------------------------
+# ctypes: syscalls Python lacks
+# --------------------------------------------------------------------------
+
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+AT_FDCWD = -100
+AT_SYMLINK_FOLLOW = 0x400
+AT_EMPTY_PATH = 0x1000
+MAX_HANDLE_SZ = 128
+
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+
+# FUSE's export handle types (fs/fuse/inode.c: fuse_encode_fh)
+FILEID_INO64_GEN = 0x81
+FILEID_INO64_GEN_PARENT = 0x82
+
+FS_IOC_GETVERSION = 0x80087601  # _IOR('v', 1, long)
+
+
+def _oserror(what, path=None):
+    e = ctypes.get_errno()
+    return OSError(e, f"{what}: {os.strerror(e)}", str(path) if path is not None else None)
+
+
+libc.name_to_handle_at.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p,
+                                   ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+libc.name_to_handle_at.restype = ctypes.c_int
+libc.open_by_handle_at.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.open_by_handle_at.restype = ctypes.c_int
+libc.renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+libc.renameat2.restype = ctypes.c_int
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+libc.fallocate.restype = ctypes.c_int
+
+
+@dataclass(frozen=True)
+class FileHandle:
+    """struct file_handle { u32 handle_bytes; int handle_type; u8 f_handle[]; } + mount_id."""
+    handle_type: int
+    data: bytes
+    mount_id: int = -1
+
+    def pack(self) -> bytes:
+        return struct.pack("Ii", len(self.data), self.handle_type) + self.data
+
+    def fuse_fields(self):
+        """(nodeid, generation) of a FUSE handle (fuse_encode_fh layout)."""
+        assert self.handle_type in (FILEID_INO64_GEN, FILEID_INO64_GEN_PARENT), hex(self.handle_type)
+        hi, lo, gen = struct.unpack_from("III", self.data)
+        return (hi << 32) | lo, gen
+
+    @classmethod
+    def fuse(cls, nodeid: int, generation: int) -> "FileHandle":
+        """Craft the handle the FUSE kernel module would give for (nodeid, generation)."""
+        return cls(FILEID_INO64_GEN,
+                   struct.pack("III", nodeid >> 32, nodeid & 0xFFFFFFFF, generation & 0xFFFFFFFF))
+
+
+def name_to_handle_at(path, dirfd=AT_FDCWD, flags=0) -> FileHandle:
+    buf = ctypes.create_string_buffer(8 + MAX_HANDLE_SZ)
+    struct.pack_into("Ii", buf, 0, MAX_HANDLE_SZ, 0)
+    mount_id = ctypes.c_int(-1)
+    rc = libc.name_to_handle_at(dirfd, os.fsencode(str(path)), buf, ctypes.byref(mount_id), flags)
+    if rc != 0:
+        raise _oserror("name_to_handle_at", path)
+    nbytes, htype = struct.unpack_from("Ii", buf, 0)
+    return FileHandle(htype, buf.raw[8:8 + nbytes], mount_id.value)
+
+
+def open_by_handle_at(mount_fd: int, fh: FileHandle, flags=os.O_RDONLY) -> int:
+    raw = fh.pack()
+    buf = ctypes.create_string_buffer(raw, len(raw))
+    fd = libc.open_by_handle_at(mount_fd, buf, flags)
+    if fd < 0:
+        raise _oserror("open_by_handle_at")
+    return fd
+
+
+def renameat2(old, new, flags, olddirfd=AT_FDCWD, newdirfd=AT_FDCWD) -> None:
+    rc = libc.renameat2(olddirfd, os.fsencode(str(old)), newdirfd, os.fsencode(str(new)), flags)
+    if rc != 0:
+        raise _oserror("renameat2", old)
+
+
+def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
+    rc = libc.fallocate(fd, mode, offset, length)
+    if rc != 0:
+        raise _oserror("fallocate")
+
+
+def inode_generation(path) -> int:
+    """i_generation of a file on a file system that supports FS_IOC_GETVERSION (XFS)."""
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        buf = bytearray(8)
+        fcntl.ioctl(fd, FS_IOC_GETVERSION, buf)
+        return struct.unpack("i", buf[:4])[0] & 0xFFFFFFFF
+    finally:
+        os.close(fd)
+
+
+# raw readdir (names + d_type as the file system reports them, no lstat fallback)
+
+class _Dirent64(ctypes.Structure):
+    _fields_ = [("d_ino", ctypes.c_uint64), ("d_off", ctypes.c_int64),
+                ("d_reclen", ctypes.c_ushort), ("d_type", ctypes.c_ubyte),
+                ("d_name", ctypes.c_char * 256)]
+
+
+libc.opendir.argtypes = [ctypes.c_char_p]
+libc.opendir.restype = ctypes.c_void_p
+libc.readdir64.argtypes = [ctypes.c_void_p]
+libc.readdir64.restype = ctypes.POINTER(_Dirent64)
+libc.closedir.argtypes = [ctypes.c_void_p]
+libc.closedir.restype = ctypes.c_int
+
+DT_UNKNOWN, DT_FIFO, DT_CHR, DT_DIR, DT_BLK, DT_REG, DT_LNK, DT_SOCK = 0, 1, 2, 4, 6, 8, 10, 12
+
+
+def readdir_types(path) -> dict:
+    """{name: (d_type, d_ino)} for every entry readdir returns, including . and .."""
+    d = libc.opendir(os.fsencode(str(path)))
+    if not d:
+        raise _oserror("opendir", path)
+    out = {}
+    try:
+        while True:
+            ctypes.set_errno(0)
+            ent = libc.readdir64(d)
+            if not ent:
+                e = ctypes.get_errno()
+                if e:
+                    raise OSError(e, os.strerror(e), str(path))
+                break
+            out[os.fsdecode(ent.contents.d_name)] = (ent.contents.d_type, ent.contents.d_ino)
+    finally:
+        libc.closedir(d)
+    return out
+
+
+def errno_of(fn, *args, **kwargs):
+    """Call fn; return the errno of the OSError it raises, or None if it succeeds."""
+    try:
+        fn(*args, **kwargs)
+    except OSError as e:
+        return e.errno
+    return None
+
+
+# --------------------------------------------------------------------------
+# libtxnfs (include/txnfs.h) through ctypes
+# --------------------------------------------------------------------------
+
+EDEADLK = errno.EDEADLK          # 35: lost a deadlock / lock wait; the transaction can only abort
+TXNFS_BIND_THREAD = 0
+TXNFS_BIND_PROCESS = 1
+TXNFS_STATE_NAMES = {1: "active", 2: "abort_only", 3: "committing", 4: "committed", 5: "aborted"}
+
+
+def libtxnfs_path() -> str:
+    """$TXNFS_LIB, else <repo>/build/src/libtxnfs/libtxnfs.so."""
+    env = os.environ.get("TXNFS_LIB")
+    return env if env else str(REPO / "build" / "src" / "libtxnfs" / "libtxnfs.so")
+
+
+class TxnInfo(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("state", ctypes.c_uint32),
+                ("owner_uid", ctypes.c_uint32), ("pid", ctypes.c_int32),
+                ("flags", ctypes.c_uint32), ("ops", ctypes.c_uint64),
+                ("backup_bytes", ctypes.c_uint64), ("age_ms", ctypes.c_uint64),
+                ("error", ctypes.c_int32), ("reserved", ctypes.c_uint32)]
+
+
+_libtxnfs = None
+
+
+def libtxnfs():
+    """The loaded libtxnfs (ctypes.CDLL), with argtypes set; loaded once per process."""
+    global _libtxnfs
+    if _libtxnfs is None:
+        lib = ctypes.CDLL(libtxnfs_path())
+        lib.txnfs_begin.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_int,
+                                    ctypes.POINTER(ctypes.c_uint64)]
+        lib.txnfs_commit.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
+        lib.txnfs_abort.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
+        lib.txnfs_info.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(TxnInfo)]
+        lib.txnfs_status_json.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        for f in (lib.txnfs_begin, lib.txnfs_commit, lib.txnfs_abort, lib.txnfs_info,
+                  lib.txnfs_status_json):
+            f.restype = ctypes.c_int
+        _libtxnfs = lib
+    return _libtxnfs
+
+
+def txn_begin_rc(mount, flags=TXNFS_BIND_THREAD, pid=0):
+    """(rc, id): rc is 0 or -errno, as txnfs_begin returns it.  With TXNFS_BIND_THREAD the
+    transaction binds the OS thread that calls this: do its file operations on that thread."""
+    tid = ctypes.c_uint64(0)
+    rc = libtxnfs().txnfs_begin(os.fsencode(str(mount)), flags, pid, ctypes.byref(tid))
+    return rc, tid.value
+
+
+def txn_begin(mount, flags=TXNFS_BIND_THREAD, pid=0) -> int:
+    rc, tid = txn_begin_rc(mount, flags, pid)
+    if rc != 0:
+        raise OSError(-rc, f"txnfs_begin: {os.strerror(-rc)}", str(mount))
+    return tid
+
+
+def txn_commit(mount, tid) -> int:
+    """0 or -errno (e.g. -EDEADLK: the transaction can only abort)."""
+    return libtxnfs().txnfs_commit(os.fsencode(str(mount)), tid)
+
+
+def txn_abort(mount, tid) -> int:
+    return libtxnfs().txnfs_abort(os.fsencode(str(mount)), tid)
+
+
+def txn_info(mount, tid):
+    """(rc, TxnInfo)."""
+    info = TxnInfo()
+    rc = libtxnfs().txnfs_info(os.fsencode(str(mount)), tid, ctypes.byref(info))
+    return rc, info
+
+
+def txn_status(mount) -> dict:
+    """The mount's status (open transactions and counters) as parsed JSON, via libtxnfs."""
+    import json
+    buf = ctypes.create_string_buffer(8192)
+    rc = libtxnfs().txnfs_status_json(os.fsencode(str(mount)), buf, len(buf))
+    if rc < 0:
+        raise OSError(-rc, f"txnfs_status_json: {os.strerror(-rc)}", str(mount))
+    return json.loads(buf.value.decode())
+
+
+def wait_until(pred, timeout=5.0, interval=0.05):
+    """Poll pred() until it returns a truthy value or `timeout` s pass; return the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+__all__ = [n for n in dir() if not n.startswith("_")] + ["errno"]
