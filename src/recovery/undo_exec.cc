@@ -1,0 +1,459 @@
+// Undo of one step, per kind. Every step first checks that the objects it would act on
+// are the ones its record names (by handle: ino + generation), so a step whose change
+// never happened, or that an earlier, interrupted run already undid, does nothing.
+// Attrs, Data and Xattrs set absolute states and may simply run again.
+//
+// Why descending order converges after any interruption: a full run leaves the tree as
+// it was before the transaction; rerunning any step on that tree finds nothing to move
+// back (namespace steps) or writes what is already there, and the lower-seq steps of
+// each object (its Attrs first of all) run after its higher ones every time.
+#include "undo_exec.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "error.h"
+#include "undo_io.h"
+
+namespace txnfs {
+
+using undo_io::Fd;
+using undo_io::proc_path;
+
+namespace {
+
+// An error after which going on is unsafe; everything else is a problem of one step.
+struct Fatal : Error {
+  using Error::Error;
+};
+
+[[noreturn]] void fail(const std::string &what, int e) {
+  std::string msg = what + ": " + std::strerror(e);
+  if (undo_io::fatal_errno(e)) throw Fatal(msg);
+  throw Error(msg);
+}
+
+// Names may hold any byte but '/' and NUL: show them quoted and escaped.
+std::string shown(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') out += fmt::format("\\{}", char(c));
+    else if (c < 0x20 || c >= 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += char(c);
+  }
+  return out + "\"";
+}
+
+std::string data_name(uint64_t seq) { return step_name(seq) + ".d"; }
+
+// A record's name: exactly 16 lower-case hex digits (step_name()).
+bool record_seq(std::string_view n, uint64_t &seq) {
+  if (n.size() != 16) return false;
+  for (char c : n)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  std::from_chars(n.data(), n.data() + n.size(), seq, 16);
+  return true;
+}
+
+bool same(const BackingId &a, const BackingId &b) {
+  return a.ino == b.ino && a.generation == b.generation;
+}
+
+// Writing, truncating, cloning into and chown()ing a file all drop its file
+// capabilities (security.capability), even for root. An undo step must not have that
+// side effect: which capabilities the file has is the Xattrs step's business, and it
+// may already have run (it can have a higher seq than the steps that write). So a step
+// that modifies a regular file reads them first and puts them back afterwards.
+class CapKeeper {
+ public:
+  explicit CapKeeper(const std::string &path) : path_(path) {
+    char buf[256];
+    ssize_t n = ::getxattr(path_.c_str(), kName, buf, sizeof buf);
+    if (n >= 0) cap_.assign(buf, size_t(n)), had_ = true;
+  }
+  void restore() {
+    if (!had_) return;
+    char buf[256];
+    ssize_t n = ::getxattr(path_.c_str(), kName, buf, sizeof buf);
+    if (n >= 0 && std::string_view(buf, size_t(n)) == cap_) return;
+    if (::setxattr(path_.c_str(), kName, cap_.data(), cap_.size(), 0) != 0)
+      fail("keep security.capability", errno);
+  }
+
+ private:
+  static constexpr const char *kName = "security.capability";
+  std::string path_, cap_;
+  bool had_ = false;
+};
+
+class Executor {
+ public:
+  Executor(const UndoContext &ctx, int log_fd, UndoResult &r) : ctx_(ctx), log_(log_fd), r_(r) {}
+
+  // Undoes `s`; a failure of this step alone goes to r.problems. Throws Fatal.
+  void run(const UndoStep &s) {
+    try {
+      if (dispatch(s)) r_.undone++;
+    } catch (const Fatal &) {
+      throw;
+    } catch (const Error &e) {
+      r_.problems.push_back(
+          fmt::format("step {} ({}): {}", step_name(s.seq), step_kind_name(s.kind), e.what()));
+    }
+  }
+
+ private:
+  bool dispatch(const UndoStep &s) {
+    switch (s.kind) {
+      case StepKind::Attrs: return attrs(s);
+      case StepKind::Data: return data(s);
+      case StepKind::Created: return created(s);
+      case StepKind::Linked: return linked(s);
+      case StepKind::Removed: return removed(s);
+      case StepKind::Renamed: return renamed(s);
+      case StepKind::Xattrs: return xattrs(s);
+    }
+    throw Error("unknown step kind");
+  }
+
+  // The object `id` names, or no fd when it no longer exists (stale handle, or
+  // unlinked and only kept alive by someone's open fd).
+  Fd open_obj(const BackingId &id, int flags, const char *what) {
+    int fd = open_by_fh(ctx_.mount_fd, id.fh, flags | O_CLOEXEC);
+    if (fd == -ESTALE || fd == -ENOENT) return Fd();
+    if (fd < 0) fail(fmt::format("open {} (inode {}) by handle", what, id.ino), -fd);
+    Fd f(fd);
+    struct stat st;
+    if (::fstat(f.fd(), &st) != 0) fail(fmt::format("stat {}", what), errno);
+    if (st.st_nlink == 0) return Fd();
+    return f;
+  }
+  Fd open_dir(const BackingId &id, const char *what) {
+    return open_obj(id, O_PATH | O_DIRECTORY, what);
+  }
+
+  // Does `name` in `dirfd` name the object `id`?
+  bool names(int dirfd, const std::string &name, const BackingId &id) {
+    Fd f(::openat(dirfd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!f) {
+      if (f.err() == ENOENT) return false;
+      fail("look up " + shown(name), f.err());
+    }
+    return same(backing_id(f.fd()), id);
+  }
+
+  bool in_log(const std::string &name, struct stat *st = nullptr) {
+    struct stat tmp;
+    if (::fstatat(log_, name.c_str(), st ? st : &tmp, AT_SYMLINK_NOFOLLOW) == 0) return true;
+    if (errno != ENOENT) fail("stat " + name, errno);
+    return false;
+  }
+
+  void touch(const BackingId &id) {
+    if (touched_.insert(id.fh).second) r_.touched.push_back(id);
+  }
+
+  static void fstat_or_fail(int fd, struct stat &st) {
+    if (::fstat(fd, &st) != 0) fail("stat", errno);
+  }
+
+  // Regular files: size. Then owner (chown clears set-ID bits and file capabilities:
+  // the first are put back by the chmod that follows, the second kept across it), mode
+  // (not for symlinks, whose mode means nothing), and last atime/mtime, which the
+  // changes before would have moved.
+  bool attrs(const UndoStep &s) {
+    Fd o = open_obj(s.obj, O_PATH, "object");
+    if (!o) return false;
+    std::string path = proc_path(o.fd());
+    struct stat st;
+    fstat_or_fail(o.fd(), st);
+    bool changed = false;
+    std::optional<CapKeeper> caps;
+    if (S_ISREG(st.st_mode)) caps.emplace(path);
+    if (S_ISREG(st.st_mode) && uint64_t(st.st_size) != s.size) {
+      Fd w(::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+      if (!w) fail("open for truncate", w.err());
+      if (::ftruncate(w.fd(), off_t(s.size)) != 0) fail("truncate", errno);
+      changed = true;
+    }
+    if (st.st_uid != s.uid || st.st_gid != s.gid) {
+      if (::fchownat(o.fd(), "", s.uid, s.gid, AT_EMPTY_PATH) != 0) fail("chown", errno);
+      changed = true;
+    }
+    if (caps && changed) caps->restore();
+    if (!S_ISLNK(st.st_mode)) {
+      fstat_or_fail(o.fd(), st);
+      if ((st.st_mode & 07777) != (s.mode & 07777)) {
+        if (::chmod(path.c_str(), s.mode & 07777) != 0) fail("chmod", errno);
+        changed = true;
+      }
+    }
+    fstat_or_fail(o.fd(), st);
+    if (st.st_atim.tv_sec != s.atime.tv_sec || st.st_atim.tv_nsec != s.atime.tv_nsec ||
+        st.st_mtim.tv_sec != s.mtime.tv_sec || st.st_mtim.tv_nsec != s.mtime.tv_nsec) {
+      timespec ts[2] = {s.atime, s.mtime};
+      if (::utimensat(o.fd(), "", ts, AT_EMPTY_PATH) != 0) fail("set times", errno);
+      changed = true;
+    }
+    if (changed) touch(s.obj);
+    return changed;
+  }
+
+  // The range goes back from the clone at the same offsets: aligned blocks by
+  // FICLONERANGE, an unaligned tail (the old EOF block) by copying, because the kernel
+  // clones a partial block only to a destination's EOF. Size and times are the Attrs
+  // step's business (lower seq, so it runs after this one).
+  bool data(const UndoStep &s) {
+    Fd o = open_obj(s.obj, O_PATH, "file");
+    if (!o) return false;
+    struct stat st;
+    fstat_or_fail(o.fd(), st);
+    if (!S_ISREG(st.st_mode)) throw Error("the object is not a regular file");
+    std::string dn = data_name(s.seq);
+    Fd d(::openat(log_, dn.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!d) {
+      if (d.err() == ENOENT) throw Error("data object " + dn + " is missing");
+      fail("open " + dn, d.err());
+    }
+    struct stat dst;
+    fstat_or_fail(d.fd(), dst);
+    if (!S_ISREG(dst.st_mode) || uint64_t(dst.st_size) < s.off + s.len)
+      throw Error("data object " + dn + " is damaged (shorter than its range)");
+    CapKeeper caps(proc_path(o.fd()));
+    Fd w(::open(proc_path(o.fd()).c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY));
+    if (!w) fail("open for writing", w.err());
+    if (uint64_t(st.st_size) < s.off + s.len && ::ftruncate(w.fd(), off_t(s.off + s.len)) != 0)
+      fail("extend", errno);
+    if (int e = undo_io::put_range(d.fd(), w.fd(), s.off, s.len, true))
+      fail(fmt::format("restore {} bytes at {}", s.len, s.off), e);
+    caps.restore();
+    r_.bytes_restored += s.len;
+    touch(s.obj);
+    return true;
+  }
+
+  // The object was born as <seq>.d in the log and then renamed into place.
+  bool created(const UndoStep &s) {
+    std::string dn = data_name(s.seq);
+    bool changed = false;
+    struct stat st;
+    if (in_log(dn, &st)) {
+      if (!names(log_, dn, s.obj)) throw Error(dn + " is not the object the step created");
+      if (::unlinkat(log_, dn.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
+        fail("remove " + dn, errno);
+      changed = true;
+    } else if (Fd dir = open_dir(s.dir, "directory"); dir && names(dir.fd(), s.name, s.obj)) {
+      if (::fstatat(dir.fd(), s.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+        fail("stat " + shown(s.name), errno);
+      if (::unlinkat(dir.fd(), s.name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
+        fail("remove " + shown(s.name), errno);
+      touch(s.dir);
+      changed = true;
+    }
+    // Report it as removed also when an earlier, interrupted run removed it.
+    if (!open_obj(s.obj, O_PATH, "object")) r_.removed.push_back(s.obj);
+    return changed;
+  }
+
+  bool linked(const UndoStep &s) {
+    Fd dir = open_dir(s.dir, "directory");
+    if (!dir || !names(dir.fd(), s.name, s.obj)) return false;
+    if (::unlinkat(dir.fd(), s.name.c_str(), 0) != 0) fail("unlink " + shown(s.name), errno);
+    touch(s.obj);
+    touch(s.dir);
+    return true;
+  }
+
+  bool removed(const UndoStep &s) {
+    std::string dn = data_name(s.seq);
+    if (!in_log(dn)) return false;  // never stashed, or already put back
+    if (!names(log_, dn, s.obj)) throw Error(dn + " is not the object the step removed");
+    Fd dir = open_dir(s.dir, "directory");
+    if (!dir) throw Error("cannot put back " + shown(s.name) + ": its directory is gone");
+    if (::renameat2(log_, dn.c_str(), dir.fd(), s.name.c_str(), RENAME_NOREPLACE) != 0)
+      fail("put back " + shown(s.name), errno);
+    touch(s.obj);
+    touch(s.dir);
+    return true;
+  }
+
+  bool renamed(const UndoStep &s) {
+    Fd d2 = open_dir(s.dir2, "target directory");
+    bool at_target = d2 && names(d2.fd(), s.name2, s.obj);
+    bool changed = false;
+    if (at_target) {
+      Fd d = open_dir(s.dir, "source directory");
+      if (!d) throw Error("cannot move back " + shown(s.name2) + ": the source directory is gone");
+      unsigned how = (s.flags & RENAME_EXCHANGE) ? RENAME_EXCHANGE : RENAME_NOREPLACE;
+      if (::renameat2(d2.fd(), s.name2.c_str(), d.fd(), s.name.c_str(), how) != 0)
+        fail(fmt::format("move {} back to {}", shown(s.name2), shown(s.name)), errno);
+      touch(s.obj);
+      touch(s.dir);
+      touch(s.dir2);
+      changed = true;
+    }
+    if (s.displaced && !(s.flags & RENAME_EXCHANGE)) {
+      std::string dn = data_name(s.seq);
+      if (in_log(dn)) {
+        if (!d2)
+          throw Error("cannot put back the displaced " + shown(s.name2) + ": directory gone");
+        if (::renameat2(log_, dn.c_str(), d2.fd(), s.name2.c_str(), RENAME_NOREPLACE) != 0)
+          fail("put back the displaced " + shown(s.name2), errno);
+        touch(s.dir2);
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  bool xattrs(const UndoStep &s) {
+    Fd o = open_obj(s.obj, O_PATH, "object");
+    if (!o) return false;
+    std::string dn = data_name(s.seq);
+    Fd d(::openat(log_, dn.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!d) {
+      if (d.err() == ENOENT) throw Error("xattr snapshot " + dn + " is missing");
+      fail("open " + dn, d.err());
+    }
+    undo_io::Xattrs want, have;
+    if (int e = undo_io::read_xattrs(proc_path(d.fd()), want)) fail("read " + dn, e);
+    std::string path = proc_path(o.fd());
+    if (int e = undo_io::read_xattrs(path, have)) fail("read xattrs", e);
+    bool changed = false;
+    for (const auto &[k, v] : have)
+      if (!want.count(k)) {
+        if (::removexattr(path.c_str(), k.c_str()) != 0 && errno != ENODATA)
+          fail("remove xattr " + shown(k), errno);
+        changed = true;
+      }
+    for (const auto &[k, v] : want) {
+      auto it = have.find(k);
+      if (it != have.end() && it->second == v) continue;
+      if (::setxattr(path.c_str(), k.c_str(), v.data(), v.size(), 0) != 0)
+        fail("set xattr " + shown(k), errno);
+      changed = true;
+    }
+    if (changed) touch(s.obj);
+    return changed;
+  }
+
+  const UndoContext &ctx_;
+  int log_;
+  UndoResult &r_;
+  std::set<std::string> touched_;
+};
+
+// The steps of a log, highest seq first. Unreadable or undecodable records are
+// reported, never guessed at.
+std::vector<UndoStep> read_steps(int log_fd, UndoResult &r) {
+  std::vector<UndoStep> steps;
+  for (const auto &e : undo_io::list_dir(log_fd)) {
+    uint64_t seq;
+    if (!record_seq(e.name, seq)) continue;  // data objects, strays
+    r.steps++;
+    char buf[4096];
+    ssize_t n = ::readlinkat(log_fd, e.name.c_str(), buf, sizeof buf);
+    if (n < 0) {
+      r.problems.push_back(fmt::format("record {}: {}", e.name, std::strerror(errno)));
+      continue;
+    }
+    if (size_t(n) > kMaxEncoded) {
+      r.problems.push_back(fmt::format("record {}: longer than any record", e.name));
+      continue;
+    }
+    try {
+      UndoStep s = decode_step(std::string_view(buf, size_t(n)));
+      if (s.seq != seq)
+        throw Error(fmt::format("damaged undo record: seq {} under its name", s.seq));
+      steps.push_back(std::move(s));
+    } catch (const Error &err) {
+      r.problems.push_back(fmt::format("record {}: {}", e.name, err.what()));
+    }
+  }
+  std::sort(steps.begin(), steps.end(),
+            [](const UndoStep &a, const UndoStep &b) { return a.seq > b.seq; });
+  return steps;
+}
+
+// Removes a log directory. Records go first, highest seq first, each before its data
+// object: a crash part-way leaves the lowest steps, whose undo on the restored tree
+// changes nothing, and never a record without its data object.
+void remove_log(int backups_fd, const std::string &name) {
+  Fd log(::openat(backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!log) {
+    if (log.err() == ENOENT) return;
+    if (log.err() != ENOTDIR && log.err() != ELOOP) throw_errno("open backups/" + name, log.err());
+  } else {
+    std::vector<uint64_t> seqs;
+    for (const auto &e : undo_io::list_dir(log.fd())) {
+      uint64_t seq;
+      if (record_seq(e.name, seq)) seqs.push_back(seq);
+    }
+    std::sort(seqs.rbegin(), seqs.rend());
+    for (uint64_t seq : seqs) {
+      if (::unlinkat(log.fd(), step_name(seq).c_str(), 0) != 0 && errno != ENOENT)
+        throw_errno("remove record " + step_name(seq), errno);
+      undo_io::remove_tree(log.fd(), data_name(seq));
+    }
+  }
+  undo_io::remove_tree(backups_fd, name);  // strays, then the directory itself
+}
+
+}  // namespace
+
+UndoResult undo_transaction(const UndoContext &ctx, uint64_t txid) {
+  UndoResult r;
+  std::string name = std::to_string(txid);
+  Fd log(::openat(ctx.backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!log) {
+    if (log.err() == ENOENT) return r;
+    throw_errno("open undo log backups/" + name, log.err());
+  }
+  std::vector<UndoStep> steps = read_steps(log.fd(), r);
+  Executor ex(ctx, log.fd(), r);
+  for (const UndoStep &s : steps) {
+    if (ctx.before_step) ctx.before_step(s);
+    ex.run(s);
+  }
+  // The restored state must be durable before the log that could restore it goes.
+  if (::syncfs(ctx.mount_fd) != 0) throw_errno("syncfs", errno);
+  remove_log(ctx.backups_fd, name);
+  return r;
+}
+
+void discard_log(const UndoContext &ctx, uint64_t txid) {
+  remove_log(ctx.backups_fd, std::to_string(txid));
+}
+
+std::vector<uint64_t> logged_transactions(int backups_fd) {
+  std::vector<uint64_t> out;
+  for (const auto &e : undo_io::list_dir(backups_fd)) {
+    const std::string &n = e.name;
+    uint64_t txid;
+    auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), txid, 10);
+    if (ec != std::errc() || p != n.data() + n.size() || std::to_string(txid) != n) continue;
+    bool dir = e.type == DT_DIR;
+    if (e.type == DT_UNKNOWN) {
+      struct stat st;
+      dir = ::fstatat(backups_fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    }
+    if (dir) out.push_back(txid);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace txnfs

@@ -1,0 +1,1314 @@
+// The undo log and its executor, on a real XFS with reflink (xfs_image.h; root only).
+//
+// Every test records changes the way the daemon does (undo steps first, through
+// UndoLog, then the change with plain syscalls), undoes them with undo_transaction,
+// and compares a snapshot of the tree -- names, contents, sizes, modes, owners,
+// atime/mtime, xattrs, link counts, inode numbers; not ctime -- with the one taken
+// before the transaction.
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "backing.h"
+#include "error.h"
+#include "store.h"
+#include "undo_exec.h"
+#include "undo_log.h"
+#include "undo_step.h"
+#include "xfs_image.h"
+
+using namespace txnfs;
+
+namespace {
+
+[[noreturn]] void die(const std::string &what) {
+  throw std::runtime_error(what + ": " + std::strerror(errno));
+}
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const std::string &path, int flags, mode_t mode = 0)
+      : fd(::open(path.c_str(), flags | O_CLOEXEC, mode)) {
+    if (fd < 0) die("open " + path);
+  }
+  Fd(Fd &&o) noexcept : fd(o.fd) { o.fd = -1; }
+  Fd(const Fd &) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string parent_of(const std::string &rel) {
+  auto slash = rel.rfind('/');
+  return slash == std::string::npos ? "" : rel.substr(0, slash);
+}
+std::string base_of(const std::string &rel) {
+  auto slash = rel.rfind('/');
+  return slash == std::string::npos ? rel : rel.substr(slash + 1);
+}
+
+// ---------------------------------------------------------------- snapshots
+
+struct Node {
+  mode_t mode = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  off_t size = 0;
+  nlink_t nlink = 0;
+  ino_t ino = 0;
+  timespec atime{}, mtime{};
+  std::string content;  // regular file: its bytes; symlink: its target
+  std::map<std::string, std::string> xattrs;
+};
+
+using Snapshot = std::map<std::string, Node>;
+
+std::string printable(const std::string &s, size_t max = 40) {
+  std::string out;
+  for (unsigned char c : s.substr(0, max)) {
+    if (c < 0x20 || c >= 0x7f) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      out += b;
+    } else {
+      out += char(c);
+    }
+  }
+  return s.size() > max ? out + "..." : out;
+}
+
+void snap_into(const std::string &root, const std::string &rel, Snapshot &out) {
+  std::string path = rel.empty() ? root : root + "/" + rel;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) die("lstat " + path);
+  Node n;
+  n.mode = st.st_mode;
+  n.uid = st.st_uid;
+  n.gid = st.st_gid;
+  n.size = st.st_size;
+  n.nlink = st.st_nlink;
+  n.ino = st.st_ino;
+  n.atime = st.st_atim;
+  n.mtime = st.st_mtim;
+  if (S_ISREG(st.st_mode)) {
+    Fd f(path, O_RDONLY | O_NOATIME);
+    char buf[65536];
+    for (ssize_t k; (k = ::read(f.fd, buf, sizeof buf)) > 0;) n.content.append(buf, size_t(k));
+  } else if (S_ISLNK(st.st_mode)) {
+    char buf[4096];
+    ssize_t k = ::readlink(path.c_str(), buf, sizeof buf);
+    if (k < 0) die("readlink " + path);
+    n.content.assign(buf, size_t(k));
+  }
+  char names[65536];
+  ssize_t k = ::llistxattr(path.c_str(), names, sizeof names);
+  if (k < 0) die("llistxattr " + path);
+  for (ssize_t i = 0; i < k;) {
+    std::string name(names + i);
+    i += ssize_t(name.size()) + 1;
+    char val[65536];
+    ssize_t v = ::lgetxattr(path.c_str(), name.c_str(), val, sizeof val);
+    if (v < 0) die("lgetxattr " + path);
+    n.xattrs[name].assign(val, size_t(v));
+  }
+  out[rel.empty() ? "." : rel] = n;
+  if (S_ISDIR(st.st_mode)) {
+    DIR *d = ::opendir(path.c_str());
+    if (!d) die("opendir " + path);
+    std::vector<std::string> kids;
+    while (dirent *e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) kids.emplace_back(e->d_name);
+    ::closedir(d);
+    for (const auto &kid : kids) snap_into(root, rel.empty() ? kid : rel + "/" + kid, out);
+  }
+}
+
+Snapshot snapshot(const std::string &root) {
+  Snapshot s;
+  snap_into(root, "", s);
+  return s;
+}
+
+bool same_time(const timespec &a, const timespec &b) {
+  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+// "" when equal (ctime aside), else one line per difference.
+std::string diff(const Snapshot &a, const Snapshot &b) {
+  std::ostringstream o;
+  for (const auto &[path, n] : a) {
+    auto it = b.find(path);
+    std::string p = printable(path);
+    if (it == b.end()) {
+      o << "missing: " << p << "\n";
+      continue;
+    }
+    const Node &m = it->second;
+    if (n.mode != m.mode)
+      o << p << ": mode " << std::oct << n.mode << " -> " << m.mode << std::dec << "\n";
+    if (n.uid != m.uid || n.gid != m.gid)
+      o << p << ": owner " << n.uid << ":" << n.gid << " -> " << m.uid << ":" << m.gid << "\n";
+    if (n.size != m.size) o << p << ": size " << n.size << " -> " << m.size << "\n";
+    if (n.nlink != m.nlink) o << p << ": nlink " << n.nlink << " -> " << m.nlink << "\n";
+    if (n.ino != m.ino) o << p << ": ino " << n.ino << " -> " << m.ino << "\n";
+    if (!same_time(n.atime, m.atime))
+      o << p << ": atime " << n.atime.tv_sec << "." << n.atime.tv_nsec << " -> " << m.atime.tv_sec
+        << "." << m.atime.tv_nsec << "\n";
+    if (!same_time(n.mtime, m.mtime))
+      o << p << ": mtime " << n.mtime.tv_sec << "." << n.mtime.tv_nsec << " -> " << m.mtime.tv_sec
+        << "." << m.mtime.tv_nsec << "\n";
+    if (n.content != m.content) {
+      size_t i = 0;
+      while (i < n.content.size() && i < m.content.size() && n.content[i] == m.content[i]) ++i;
+      o << p << ": content differs from byte " << i << "\n";
+    }
+    if (n.xattrs != m.xattrs) o << p << ": xattrs differ\n";
+  }
+  for (const auto &[path, n] : b)
+    if (!a.count(path)) o << "extra: " << printable(path) << "\n";
+  return o.str();
+}
+
+// ---------------------------------------------------------------- environment
+
+// A file system with a tree and a backups directory, as in a store: a fresh XFS with
+// reflink, or (plain) a noatime bind mount of a directory on /tmp's file system.
+struct Env {
+  std::unique_ptr<XfsImage> xfs;
+  std::unique_ptr<NoatimeDir> plain;
+  std::string mnt, tree, backups, why;
+  int mount_fd = -1, backups_fd = -1;
+
+  explicit Env(bool on_xfs = true) {
+    if (on_xfs) {
+      xfs = std::make_unique<XfsImage>();
+      mnt = xfs->mnt;
+      why = xfs->why;
+      if (!xfs->ok()) return;
+    } else {
+      plain = std::make_unique<NoatimeDir>();
+      mnt = plain->mnt;
+      why = plain->why;
+      if (!plain->ok()) return;
+    }
+    tree = mnt + "/tree";
+    backups = mnt + "/backups";
+    if (::mkdir(tree.c_str(), 0755) != 0 || ::mkdir(backups.c_str(), 0700) != 0) die("mkdir");
+    mount_fd = ::open(tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    backups_fd = ::open(backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (mount_fd < 0 || backups_fd < 0) die("open");
+  }
+  ~Env() {
+    if (mount_fd >= 0) ::close(mount_fd);
+    if (backups_fd >= 0) ::close(backups_fd);
+  }
+  bool ok() const { return mount_fd >= 0; }
+  std::string p(const std::string &rel) const { return rel.empty() ? tree : tree + "/" + rel; }
+
+  UndoResult undo(uint64_t txid, std::function<void(const UndoStep &)> hook = {}) {
+    return undo_transaction(UndoContext{mount_fd, backups_fd, std::move(hook)}, txid);
+  }
+  bool has_log(uint64_t txid) const {
+    struct stat st;
+    return ::fstatat(backups_fd, std::to_string(txid).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  }
+};
+
+#define NEED_FS(env, on_xfs)          \
+  Env env(on_xfs);                    \
+  if (!env.ok()) {                    \
+    WARN("skipped: " << env.why);     \
+    return;                           \
+  }
+#define NEED_XFS(env) NEED_FS(env, true)
+
+struct Crash {};  // thrown by hooks to stop a run part-way, like a power cut
+
+// Records and makes changes the way the daemon does. Paths are relative to the tree.
+struct Txn {
+  Env &e;
+  uint64_t id;
+  std::unique_ptr<UndoLog> log;
+  std::set<ino_t> attrs_saved, xattrs_saved, created;
+  int budget = -1;  // >= 0: throw Crash at that many change points from now
+
+  Txn(Env &env, uint64_t txid, bool reflink = true)
+      : e(env), id(txid), log(UndoLog::create(env.backups_fd, txid, reflink)) {}
+
+  // Between an operation's records and its change: where a crash is most interesting.
+  void point() {
+    if (budget >= 0 && budget-- == 0) throw Crash{};
+  }
+
+  Fd opath(const std::string &rel) { return Fd(e.p(rel), O_PATH | O_NOFOLLOW); }
+  struct stat lstat_of(const std::string &rel) {
+    struct stat st;
+    if (::lstat(e.p(rel).c_str(), &st) != 0) die("lstat " + rel);
+    return st;
+  }
+
+  void save_attrs(const std::string &rel) {
+    Fd f = opath(rel);
+    struct stat st;
+    if (::fstat(f.fd, &st) != 0) die("fstat");
+    if (created.count(st.st_ino) || !attrs_saved.insert(st.st_ino).second) return;
+    UndoStep s;
+    s.kind = StepKind::Attrs;
+    s.obj = backing_id(f.fd);
+    s.mode = st.st_mode;
+    s.uid = st.st_uid;
+    s.gid = st.st_gid;
+    s.size = uint64_t(st.st_size);
+    s.atime = st.st_atim;
+    s.mtime = st.st_mtim;
+    log->append(s);
+  }
+  void save_xattrs(const std::string &rel) {
+    Fd f = opath(rel);
+    struct stat st;
+    if (::fstat(f.fd, &st) != 0) die("fstat");
+    if (created.count(st.st_ino) || !xattrs_saved.insert(st.st_ino).second) return;
+    UndoStep s;
+    s.kind = StepKind::Xattrs;
+    s.obj = backing_id(f.fd);
+    log->snapshot_xattrs(f.fd, s);
+  }
+
+  // Writes, truncation and chown drop file capabilities (even root's): a daemon must
+  // snapshot the xattrs of a file that has them before any of those.
+  void save_caps(const std::string &rel) {
+    if (::lgetxattr(e.p(rel).c_str(), "security.capability", nullptr, 0) >= 0) save_xattrs(rel);
+  }
+
+  void write(const std::string &rel, uint64_t off, const std::string &data) {
+    save_caps(rel);
+    save_attrs(rel);
+    Fd f(e.p(rel), O_WRONLY);
+    struct stat st;
+    ::fstat(f.fd, &st);
+    if (!created.count(st.st_ino)) {
+      UndoStep s;
+      s.kind = StepKind::Data;
+      s.obj = backing_id(f.fd);
+      s.off = off;
+      s.len = data.size();
+      log->backup_range(f.fd, s);  // write-only fd: reopened for reading inside
+    }
+    point();
+    if (::pwrite(f.fd, data.data(), data.size(), off_t(off)) != ssize_t(data.size())) die("pwrite");
+  }
+  void truncate(const std::string &rel, uint64_t size) {
+    save_caps(rel);
+    save_attrs(rel);
+    Fd f(e.p(rel), O_RDWR);
+    struct stat st;
+    ::fstat(f.fd, &st);
+    if (!created.count(st.st_ino) && size < uint64_t(st.st_size)) {
+      UndoStep s;
+      s.kind = StepKind::Data;
+      s.obj = backing_id(f.fd);
+      s.off = size;
+      s.len = uint64_t(st.st_size) - size;
+      log->backup_range(f.fd, s);
+    }
+    point();
+    if (::ftruncate(f.fd, off_t(size)) != 0) die("ftruncate");
+  }
+  void chmod(const std::string &rel, mode_t mode) {
+    save_attrs(rel);
+    point();
+    if (::chmod(e.p(rel).c_str(), mode) != 0) die("chmod");
+  }
+  void chown(const std::string &rel, uid_t uid, gid_t gid) {
+    save_caps(rel);
+    save_attrs(rel);
+    point();
+    if (::lchown(e.p(rel).c_str(), uid, gid) != 0) die("lchown");
+  }
+  void utimes(const std::string &rel, timespec atime, timespec mtime) {
+    save_attrs(rel);
+    point();
+    timespec ts[2] = {atime, mtime};
+    if (::utimensat(AT_FDCWD, e.p(rel).c_str(), ts, AT_SYMLINK_NOFOLLOW) != 0) die("utimensat");
+  }
+  void setx(const std::string &rel, const std::string &name, const std::string &value) {
+    save_xattrs(rel);
+    point();
+    if (::lsetxattr(e.p(rel).c_str(), name.c_str(), value.data(), value.size(), 0) != 0)
+      die("lsetxattr " + name);
+  }
+  void rmx(const std::string &rel, const std::string &name) {
+    save_xattrs(rel);
+    point();
+    if (::lremovexattr(e.p(rel).c_str(), name.c_str()) != 0) die("lremovexattr " + name);
+  }
+
+  // kind: 'f' file, 'd' directory, 'l' symlink (to `target`), 'p' fifo.
+  void make(const std::string &rel, char kind, mode_t mode = 0644,
+            const std::string &target = "t") {
+    std::string dirrel = parent_of(rel), name = base_of(rel);
+    save_attrs(dirrel);
+    Fd dir = opath(dirrel);
+    uint64_t seq = log->reserve_seq();
+    std::string tmp = step_name(seq) + ".d";
+    int ld = log->dir_fd();
+    int rc = kind == 'f'   ? ::close(::openat(ld, tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY, mode))
+             : kind == 'd' ? ::mkdirat(ld, tmp.c_str(), mode)
+             : kind == 'l' ? ::symlinkat(target.c_str(), ld, tmp.c_str())
+                           : ::mkfifoat(ld, tmp.c_str(), mode);
+    if (rc != 0) die("make " + tmp);
+    if (kind != 'l' && ::fchmodat(ld, tmp.c_str(), mode, 0) != 0) die("fchmodat");
+    Fd o(::openat(ld, tmp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    UndoStep s;
+    s.kind = StepKind::Created;
+    s.obj = backing_id(o.fd);
+    s.dir = backing_id(dir.fd);
+    s.name = name;
+    s.flags = kind == 'd';
+    log->append_reserved(seq, s);
+    point();
+    if (::renameat2(ld, tmp.c_str(), dir.fd, name.c_str(), RENAME_NOREPLACE) != 0)
+      die("place " + rel);
+    created.insert(ino_t(s.obj.ino));
+  }
+  void remove(const std::string &rel) {
+    std::string dirrel = parent_of(rel), name = base_of(rel);
+    struct stat st = lstat_of(rel);
+    bool dir = S_ISDIR(st.st_mode);
+    if (created.count(st.st_ino)) {  // its Created step undoes it already
+      point();
+      if (::unlinkat(opath(dirrel).fd, name.c_str(), dir ? AT_REMOVEDIR : 0) != 0) die("unlink");
+      return;
+    }
+    save_attrs(dirrel);
+    Fd d = opath(dirrel);
+    UndoStep s;
+    s.kind = StepKind::Removed;
+    s.obj = backing_id(opath(rel).fd);
+    s.dir = backing_id(d.fd);
+    s.name = name;
+    s.flags = dir;
+    point();  // the stash is the change
+    uint64_t seq = 0;
+    int err = log->stash(d.fd, name.c_str(), s, &seq);
+    if (err) throw std::runtime_error("stash " + rel + ": " + std::strerror(err));
+    REQUIRE(seq > 0);
+  }
+  void rename(const std::string &from, const std::string &to, unsigned flags = 0) {
+    std::string d1 = parent_of(from), d2 = parent_of(to);
+    save_attrs(d1);
+    save_attrs(d2);
+    Fd f1 = opath(d1), f2 = opath(d2);
+    struct stat tst;
+    bool target = ::lstat(e.p(to).c_str(), &tst) == 0;
+    UndoStep s;
+    s.kind = StepKind::Renamed;
+    s.obj = backing_id(opath(from).fd);
+    s.dir = backing_id(f1.fd);
+    s.name = base_of(from);
+    s.dir2 = backing_id(f2.fd);
+    s.name2 = base_of(to);
+    s.flags = flags;
+    s.displaced = target && !(flags & RENAME_EXCHANGE);
+    if (!s.displaced) {
+      log->append(s);
+      point();
+      if (::renameat2(f1.fd, s.name.c_str(), f2.fd, s.name2.c_str(), flags) != 0) die("rename");
+      return;
+    }
+    int err = log->stash(f2.fd, s.name2.c_str(), s);
+    if (err) throw std::runtime_error("stash target: " + std::string(std::strerror(err)));
+    point();
+    if (::renameat2(f1.fd, s.name.c_str(), f2.fd, s.name2.c_str(), RENAME_NOREPLACE) != 0)
+      die("rename");
+  }
+  void link(const std::string &from, const std::string &to) {
+    std::string d2 = parent_of(to);
+    save_attrs(d2);
+    Fd f2 = opath(d2);
+    UndoStep s;
+    s.kind = StepKind::Linked;
+    s.obj = backing_id(opath(from).fd);
+    s.dir = backing_id(f2.fd);
+    s.name = base_of(to);
+    log->append(s);
+    point();
+    if (::linkat(AT_FDCWD, e.p(from).c_str(), f2.fd, s.name.c_str(), 0) != 0) die("link");
+  }
+};
+
+// ---------------------------------------------------------------- trees
+
+std::string pattern(size_t n, unsigned seed) {
+  std::string s(n, '\0');
+  std::mt19937 rng(seed);
+  for (auto &c : s) c = char(rng());
+  return s;
+}
+
+void put_file(const std::string &path, const std::string &data, mode_t mode = 0644) {
+  Fd f(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  if (::write(f.fd, data.data(), data.size()) != ssize_t(data.size())) die("write " + path);
+}
+
+// Gives every object under `root` its own atime/mtime (children before parents, so
+// making the children does not move them), far from "now".
+void settle_times(const std::string &root) {
+  Snapshot s = snapshot(root);
+  long i = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    std::string path = it->first == "." ? root : root + "/" + it->first;
+    ++i;
+    timespec ts[2] = {{1'000'000'000 + i * 11, 100 + i}, {900'000'000 + i * 7, 999'999'000 + i}};
+    if (::utimensat(AT_FDCWD, path.c_str(), ts, AT_SYMLINK_NOFOLLOW) != 0) die("utimensat " + path);
+  }
+  // Paths sorted descending put "a/b" before "a", but not every child before its
+  // parent ("a b" < "a/b"): a second pass over directories fixes their times.
+  for (auto it = s.rbegin(); it != s.rend(); ++it)
+    if (S_ISDIR(it->second.mode)) {
+      std::string path = it->first == "." ? root : root + "/" + it->first;
+      timespec ts[2] = {{1'100'000'000, 5}, {1'050'000'000 + long(it->first.size()), 7}};
+      if (::utimensat(AT_FDCWD, path.c_str(), ts, AT_SYMLINK_NOFOLLOW) != 0) die("utimensat");
+    }
+}
+
+// A small tree under e.tree/<rel>: files of odd sizes, a hard link, a symlink, a fifo,
+// nested and empty directories, xattrs, odd owners and modes, a name with a newline.
+void build_tree(Env &e, const std::string &rel) {
+  std::string r = e.p(rel);
+  if (::mkdir(r.c_str(), 0755) != 0) die("mkdir " + r);
+  put_file(r + "/small", "hello, world\n");
+  put_file(r + "/big", pattern(300'000, 1));
+  put_file(r + "/aligned", pattern(3 * 4096, 2));
+  put_file(r + "/empty", "");
+  put_file(r + "/suid", pattern(5000, 3), 0755);
+  ::chmod((r + "/suid").c_str(), 04755);
+  ::chown((r + "/suid").c_str(), 1000, 1000);
+  ::chmod((r + "/suid").c_str(), 06755);  // chown cleared the bits
+  ::mkdir((r + "/d").c_str(), 0750);
+  ::mkdir((r + "/d/sub").c_str(), 0700);
+  ::mkdir((r + "/empty-dir").c_str(), 0755);
+  put_file(r + "/d/inner", pattern(12345, 4));
+  put_file(r + "/d/sub/deep", pattern(70'000, 5));
+  put_file(r + "/odd name\nwith newline \xff", "odd\n");
+  if (::link((r + "/small").c_str(), (r + "/d/small-link").c_str()) != 0) die("link");
+  if (::symlink("../small", (r + "/d/sym").c_str()) != 0) die("symlink");
+  if (::lchown((r + "/d/sym").c_str(), 7, 8) != 0) die("lchown");
+  if (::mkfifo((r + "/fifo").c_str(), 0640) != 0) die("mkfifo");
+  ::setxattr((r + "/small").c_str(), "user.colour", "blue", 4, 0);
+  ::setxattr((r + "/small").c_str(), "trusted.secret", "\x00\x01\x02", 3, 0);
+  ::setxattr((r + "/d").c_str(), "user.dirattr", "x", 1, 0);
+  ::lsetxattr((r + "/d/sym").c_str(), "trusted.link", "L", 1, 0);
+  settle_times(r);
+}
+
+// Builds a tree, runs `ops` in transaction `txid`, checks the tree changed, undoes,
+// and checks it is back. Returns the undo result.
+// `setup` (optional) adds to the tree first, given its absolute path.
+using Ops = std::function<void(Txn &, const std::string &)>;
+UndoResult round_trip(Env &e, uint64_t txid, const Ops &ops, bool reflink = true,
+                      const std::function<void(const std::string &)> &setup = {}) {
+  std::string rel = "t" + std::to_string(txid);
+  build_tree(e, rel);
+  if (setup) {
+    setup(e.p(rel));
+    settle_times(e.p(rel));
+  }
+  Snapshot before = snapshot(e.p(rel));
+  {
+    Txn t(e, txid, reflink);
+    ops(t, rel);
+  }
+  CHECK(diff(before, snapshot(e.p(rel))) != "");  // the transaction did something
+  UndoResult r = e.undo(txid);
+  CHECK(r.problems.empty());
+  INFO("after undo of " << txid);
+  CHECK(diff(before, snapshot(e.p(rel))) == "");
+  CHECK(!e.has_log(txid));
+  return r;
+}
+
+BackingId fake_id(uint64_t ino, uint32_t gen) {
+  BackingId b;
+  b.ino = ino;
+  b.generation = gen;
+  int32_t type = 0x81;
+  b.fh.assign(reinterpret_cast<const char *>(&type), 4);
+  b.fh.append(reinterpret_cast<const char *>(&ino), 8);
+  b.fh.append(reinterpret_cast<const char *>(&gen), 4);
+  return b;
+}
+
+bool same_id(const BackingId &a, const BackingId &b) {
+  return a.ino == b.ino && a.generation == b.generation && a.fh == b.fh;
+}
+
+bool same_step(const UndoStep &a, const UndoStep &b) {
+  if (a.kind != b.kind || a.seq != b.seq || !same_id(a.obj, b.obj)) return false;
+  switch (a.kind) {
+    case StepKind::Attrs:
+      return a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.size == b.size &&
+             same_time(a.atime, b.atime) && same_time(a.mtime, b.mtime);
+    case StepKind::Data: return a.off == b.off && a.len == b.len;
+    case StepKind::Created:
+    case StepKind::Removed:
+      return same_id(a.dir, b.dir) && a.name == b.name && a.flags == b.flags;
+    case StepKind::Linked: return same_id(a.dir, b.dir) && a.name == b.name;
+    case StepKind::Renamed:
+      return same_id(a.dir, b.dir) && a.name == b.name && same_id(a.dir2, b.dir2) &&
+             a.name2 == b.name2 && a.flags == b.flags && a.displaced == b.displaced;
+    case StepKind::Xattrs: return true;
+  }
+  return false;
+}
+
+std::vector<UndoStep> sample_steps(const std::string &n1, const std::string &n2) {
+  std::vector<UndoStep> v;
+  UndoStep s;
+  s.obj = fake_id(UINT64_MAX, UINT32_MAX);
+  s.seq = 1;
+  s.kind = StepKind::Attrs;
+  s.mode = 0104755;
+  s.uid = 4294967294u;
+  s.gid = 0;
+  s.size = UINT64_MAX;
+  s.atime = {-5, 999'999'999};
+  s.mtime = {1'700'000'000, 0};
+  v.push_back(s);
+  s = {};
+  s.obj = fake_id(131, 7);
+  s.seq = 2;
+  s.kind = StepKind::Data;
+  s.off = 4096;
+  s.len = 123457;
+  v.push_back(s);
+  for (StepKind k : {StepKind::Created, StepKind::Removed, StepKind::Linked}) {
+    s = {};
+    s.kind = k;
+    s.seq = v.size() + 1;
+    s.obj = fake_id(99, 3);
+    s.dir = fake_id(128, 1);
+    s.name = n1;
+    s.flags = k == StepKind::Linked ? 0 : 1;
+    v.push_back(s);
+  }
+  s = {};
+  s.kind = StepKind::Renamed;
+  s.seq = UINT64_MAX;
+  s.obj = fake_id(UINT64_MAX, UINT32_MAX);
+  s.dir = fake_id(UINT64_MAX - 1, UINT32_MAX);
+  s.dir2 = fake_id(UINT64_MAX - 2, UINT32_MAX);
+  s.name = n1;
+  s.name2 = n2;
+  s.flags = RENAME_EXCHANGE;
+  s.displaced = true;
+  v.push_back(s);
+  s = {};
+  s.kind = StepKind::Xattrs;
+  s.seq = 77;
+  s.obj = fake_id(5, 5);
+  v.push_back(s);
+  return v;
+}
+
+uint32_t fnv1a(const std::string &s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) h = (h ^ c) * 16777619u;
+  return h;
+}
+// A record body with a correct checksum, to test the parser behind the checksum.
+std::string forge(const std::string &body) {
+  char sum[16];
+  std::snprintf(sum, sizeof sum, " #%08x", fnv1a(body));
+  return body + sum;
+}
+
+// All extents of fd, and whether each is shared (FIEMAP).
+std::vector<std::pair<uint64_t, bool>> extents(int fd) {
+  std::vector<char> buf(sizeof(fiemap) + 64 * sizeof(fiemap_extent));
+  auto *fm = reinterpret_cast<fiemap *>(buf.data());
+  fm->fm_start = 0;
+  fm->fm_length = FIEMAP_MAX_OFFSET;
+  fm->fm_flags = FIEMAP_FLAG_SYNC;
+  fm->fm_extent_count = 64;
+  if (::ioctl(fd, FS_IOC_FIEMAP, fm) != 0) die("FIEMAP");
+  std::vector<std::pair<uint64_t, bool>> out;
+  for (unsigned i = 0; i < fm->fm_mapped_extents; ++i)
+    out.emplace_back(fm->fm_extents[i].fe_logical,
+                     (fm->fm_extents[i].fe_flags & FIEMAP_EXTENT_SHARED) != 0);
+  return out;
+}
+
+// Copies the parts of log `txid` that outlive its undo -- records, range clones and
+// xattr snapshots (stashed and created objects are back in the tree, or gone, by the
+// time the log is removed) -- to `side`, a directory on the same file system.
+void save_log(Env &e, uint64_t txid, const std::string &side) {
+  if (::mkdir(side.c_str(), 0700) != 0) die("mkdir " + side);
+  Fd log(e.backups + "/" + std::to_string(txid), O_RDONLY | O_DIRECTORY);
+  Fd out(side, O_RDONLY | O_DIRECTORY);
+  DIR *d = ::fdopendir(::dup(log.fd));
+  std::vector<std::string> names;
+  while (dirent *de = ::readdir(d)) names.emplace_back(de->d_name);
+  ::closedir(d);
+  for (const auto &n : names) {
+    if (n.size() != 16) continue;
+    char rec[1024];
+    ssize_t k = ::readlinkat(log.fd, n.c_str(), rec, sizeof rec);
+    if (k < 0) die("readlinkat");
+    if (::symlinkat(std::string(rec, size_t(k)).c_str(), out.fd, n.c_str()) != 0) die("symlinkat");
+    StepKind kind = decode_step(std::string_view(rec, size_t(k))).kind;
+    if (kind != StepKind::Data && kind != StepKind::Xattrs) continue;
+    std::string dn = n + ".d";
+    struct stat st;
+    if (::fstatat(log.fd, dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) die("stat " + dn);
+    if (S_ISDIR(st.st_mode) && ::mkdirat(out.fd, dn.c_str(), 0700) != 0) die("mkdirat");
+    Fd src(::openat(log.fd, dn.c_str(), O_RDONLY | O_CLOEXEC));
+    int how = S_ISDIR(st.st_mode) ? O_RDONLY : O_WRONLY | O_CREAT | O_EXCL;
+    Fd dst(::openat(out.fd, dn.c_str(), how, 0600));
+    if (src.fd < 0 || dst.fd < 0) die("open " + dn);
+    if (!S_ISDIR(st.st_mode) && ::ioctl(dst.fd, FICLONE, src.fd) != 0) die("FICLONE");
+    char xn[65536], xv[65536];
+    ssize_t len = ::flistxattr(src.fd, xn, sizeof xn);
+    for (ssize_t i = 0; i < len; i += ssize_t(std::strlen(xn + i)) + 1) {
+      ssize_t v = ::fgetxattr(src.fd, xn + i, xv, sizeof xv);
+      if (v < 0 || ::fsetxattr(dst.fd, xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
+    }
+  }
+}
+
+// Makes backups/<txid> from `side`, with the records whose seq is at most `max_seq`
+// (and their data objects): a log whose removal stopped part-way.
+void restore_log(Env &e, const std::string &side, uint64_t txid, uint64_t max_seq) {
+  std::string dir = e.backups + "/" + std::to_string(txid);
+  if (::mkdir(dir.c_str(), 0700) != 0) die("mkdir " + dir);
+  Fd from(side, O_RDONLY | O_DIRECTORY);
+  Fd to(dir, O_RDONLY | O_DIRECTORY);
+  DIR *d = ::fdopendir(::dup(from.fd));
+  std::vector<std::string> names;
+  while (dirent *de = ::readdir(d)) names.emplace_back(de->d_name);
+  ::closedir(d);
+  for (const auto &n : names) {
+    if (n.size() != 16 || std::stoull(n, nullptr, 16) > max_seq) continue;
+    char rec[1024];
+    ssize_t k = ::readlinkat(from.fd, n.c_str(), rec, sizeof rec);
+    if (k < 0 || ::symlinkat(std::string(rec, size_t(k)).c_str(), to.fd, n.c_str()) != 0)
+      die("copy record");
+    std::string dn = n + ".d";
+    struct stat st;
+    if (::fstatat(from.fd, dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (S_ISDIR(st.st_mode) && ::mkdirat(to.fd, dn.c_str(), 0700) != 0) die("mkdirat");
+    Fd src(::openat(from.fd, dn.c_str(), O_RDONLY | O_CLOEXEC));
+    int how = S_ISDIR(st.st_mode) ? O_RDONLY : O_WRONLY | O_CREAT | O_EXCL;
+    Fd dst(::openat(to.fd, dn.c_str(), how, 0600));
+    if (src.fd < 0 || dst.fd < 0) die("open " + dn);
+    if (!S_ISDIR(st.st_mode) && ::ioctl(dst.fd, FICLONE, src.fd) != 0) die("FICLONE");
+    char xn[65536], xv[65536];
+    ssize_t len = ::flistxattr(src.fd, xn, sizeof xn);
+    for (ssize_t i = 0; i < len; i += ssize_t(std::strlen(xn + i)) + 1) {
+      ssize_t v = ::fgetxattr(src.fd, xn + i, xv, sizeof xv);
+      if (v < 0 || ::fsetxattr(dst.fd, xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
+    }
+  }
+}
+
+}  // namespace
+
+// ================================================================ encoding
+
+TEST_CASE("undo records round-trip every kind, also with nasty names") {
+  std::string n255(255, 'x');
+  n255[0] = ' ';
+  n255[100] = '\n';
+  n255[254] = '\xff';
+  std::vector<std::pair<std::string, std::string>> names = {
+      {"plain", "other"},
+      {"with space", " leading and trailing "},
+      {"new\nline", "\r\t\x01\x7f"},
+      {"\xff\xfe high bytes \x80", "#1 A 2"},
+      {"...", "-"},
+      {"5:fake", "9999999999999999999999:x"},
+      {n255, n255},
+  };
+  for (const auto &[a, b] : names) {
+    for (const UndoStep &s : sample_steps(a, b)) {
+      std::string text = encode_step(s);
+      INFO(printable(text, 200));
+      CHECK(text.size() <= kMaxEncoded);
+      CHECK(text.find('\0') == std::string::npos);
+      CHECK(text.rfind("1 ", 0) == 0);
+      CHECK(same_step(decode_step(text), s));
+    }
+  }
+  // The longest record: a Renamed with two 255-byte names and the largest numbers.
+  UndoStep longest = sample_steps(n255, n255).at(5);
+  longest.flags = UINT32_MAX;
+  CHECK(encode_step(longest).size() == 762);
+  CHECK(step_name(7) == "0000000000000007");
+  CHECK(step_name(UINT64_MAX) == "ffffffffffffffff");
+}
+
+TEST_CASE("encoding refuses steps that cannot be recorded") {
+  UndoStep s = sample_steps("a", "b").at(2);  // Created
+  for (std::string bad : {std::string(), std::string("."), std::string(".."), std::string("a/b"),
+                          std::string("a\0b", 3), std::string(256, 'x')}) {
+    s.name = bad;
+    CHECK_THROWS_AS(encode_step(s), Error);
+  }
+  s.name = "ok";
+  s.dir.fh.clear();
+  CHECK_THROWS_AS(encode_step(s), Error);
+  s.dir = fake_id(1, 2);
+  s.dir.ino = 3;  // disagrees with the handle
+  CHECK_THROWS_AS(encode_step(s), Error);
+  UndoStep a = sample_steps("a", "b").at(0);
+  a.atime.tv_nsec = 1'000'000'000;
+  CHECK_THROWS_AS(encode_step(a), Error);
+}
+
+TEST_CASE("damaged records are rejected: truncated, changed, forged garbage") {
+  for (const UndoStep &s : sample_steps("a name\nx", "b")) {
+    std::string text = encode_step(s);
+    INFO(printable(text, 200));
+    for (size_t n = 0; n < text.size(); ++n) CHECK_THROWS_AS(decode_step(text.substr(0, n)), Error);
+    for (size_t i = 0; i < text.size(); ++i)
+      for (unsigned char delta : {1, 0x20, 0x80}) {
+        std::string t = text;
+        t[i] = char(t[i] ^ delta);
+        if (t[i] == '\0') continue;
+        CHECK_THROWS_AS(decode_step(t), Error);
+      }
+    CHECK_THROWS_AS(decode_step(text + " "), Error);
+    CHECK_THROWS_AS(decode_step(text + "0"), Error);
+  }
+  // Behind a correct checksum the parser still checks every field.
+  std::string id = "131:7:" + [] {
+    std::string h;
+    for (unsigned char c : fake_id(131, 7).fh) {
+      char b[3];
+      std::snprintf(b, sizeof b, "%02x", c);
+      h += b;
+    }
+    return h;
+  }();
+  CHECK(decode_step(forge("1 D 5 " + id + " 0 4096")).len == 4096);  // the helper is right
+  CHECK(decode_step(forge("1 X 5 " + id)).kind == StepKind::Xattrs);
+  for (const std::string &bad : std::vector<std::string>{
+           "2 D 5 " + id + " 0 4096",            // unknown version
+           "1 Q 5 " + id + " 0 4096",            // unknown kind
+           "1 D -5 " + id + " 0 4096",           // negative seq
+           "1 D 5 " + id + " 0x10 4096",         // not decimal
+           "1 D 5 " + id + " 0 99999999999999999999",  // out of range
+           "1 D 5 " + id + " 18446744073709551615 1",  // range overflows
+           "1 D 5 " + id + " 0",                 // field missing
+           "1 D 5 " + id + " 0 4096 7",          // trailing field
+           "1 D 5 " + id + "  0 4096",           // double space
+           "1 D 5 132:7:" + id.substr(6) + " 0 4096",  // ino disagrees with the handle
+           "1 D 5 131:7:81000000 0 4096",       // handle too short
+           "1 D 5 131:7:" + id.substr(6, 31) + " 0 4096",  // odd hex digits
+           "1 D 5 131:7:" + std::string(id.substr(6)).replace(8, 1, "A") + " 0 4096",  // upper case
+           "1 L 5 " + id + " " + id + " 3:a/b",  // '/' in a name
+           "1 L 5 " + id + " " + id + " 1:.",    // "."
+           "1 L 5 " + id + " " + id + " 0:",     // empty name
+           "1 L 5 " + id + " " + id + " 9:short",  // name longer than the record
+           "1 L 5 " + id + " " + id + " 256:" + std::string(256, 'n'),  // over NAME_MAX
+           "1 N 5 " + id + " " + id + " 1:a " + id + " 1:b 0 2",  // displaced not 0/1
+           "1 A 5 " + id + " 100644 0 0 1 1.5 2.000000000",         // short nanoseconds
+           "1 A 5 " + id + " 100648 0 0 1 1.000000000 2.000000000",  // 8 is not octal
+       }) {
+    INFO(printable(bad, 200));
+    CHECK_THROWS_AS(decode_step(forge(bad)), Error);
+  }
+  CHECK_THROWS_AS(decode_step(""), Error);
+  CHECK_THROWS_AS(decode_step("1 D 5 " + id + " 0 4096 #00000000"), Error);
+}
+
+// ================================================================ one kind at a time
+
+TEST_CASE("Attrs: mode, set-ID bits, owner, size, times of files, dirs and symlinks") {
+  NEED_XFS(e);
+  round_trip(e, 1, [](Txn &t, const std::string &r) {
+    t.chmod(r + "/small", 0600);
+    t.chown(r + "/suid", 0, 0);  // clears set-ID bits; undo must put them back
+    t.chown(r + "/d/sym", 1, 2);
+    t.utimes(r + "/d/sym", {5, 5}, {6, 6});
+    t.utimes(r + "/d", {1, 2}, {3, 4});
+    t.chmod(r + "/d", 0777);
+    t.chown(r + "/fifo", 3, 3);
+    t.chmod(r + "/fifo", 0);
+    t.truncate(r + "/big", 1000);
+    t.truncate(r + "/empty", 1 << 20);  // grows: nothing to back up, size undoes it
+  });
+}
+
+TEST_CASE("file capabilities survive the truncate, restore and chown of later undo steps") {
+  NEED_XFS(e);
+  // v2 file capability: cap_net_raw permitted, set before the transaction. The chmod
+  // records Attrs first, so the Xattrs snapshot (taken before the write) has a higher
+  // seq: its undo puts the capability back before the Data and Attrs undos, whose
+  // clone, truncate and chown would drop it again.
+  const unsigned char cap[20] = {0, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  round_trip(
+      e, 1,
+      [&](Txn &t, const std::string &r) {
+        t.chmod(r + "/aligned", 0700);
+        t.write(r + "/aligned", 10, "x");
+        t.write(r + "/aligned", 12288, pattern(5000, 1));
+        t.chown(r + "/aligned", 1234, 1234);
+      },
+      true,
+      [&](const std::string &root) {
+        std::string f = root + "/aligned";
+        REQUIRE(::setxattr(f.c_str(), "security.capability", cap, sizeof cap, 0) == 0);
+      });
+}
+
+TEST_CASE("Data: in-place writes, aligned and not, and extending ones") {
+  NEED_XFS(e);
+  UndoResult r = round_trip(e, 1, [](Txn &t, const std::string &r) {
+    t.write(r + "/big", 0, "head");
+    t.write(r + "/big", 4095, "across a block boundary");
+    t.write(r + "/big", 8192, pattern(8192, 9));      // exactly aligned
+    t.write(r + "/big", 299'990, pattern(100, 10));   // over EOF (tail block)
+    t.write(r + "/small", 2, "LLO");
+    t.write(r + "/aligned", 12288, "appended at EOF");  // nothing to back up
+    t.write(r + "/d/inner", 50'000, "beyond EOF, leaves a hole");
+    t.write(r + "/empty", 0, "was empty");
+  });
+  CHECK(r.bytes_restored > 0);
+}
+
+TEST_CASE("Data: the backup is a sparse clone at the same offsets, sharing extents") {
+  NEED_XFS(e);
+  std::string f = e.p("f");
+  put_file(f, pattern(10 * 4096 + 100, 1));
+  Fd fd(f, O_RDONLY);
+  REQUIRE(::fsync(fd.fd) == 0);
+  auto log = UndoLog::create(e.backups_fd, 9, true);
+  UndoStep s;
+  s.kind = StepKind::Data;
+  s.obj = backing_id(fd.fd);
+  s.off = 5000;
+  s.len = 3000;  // [5000, 8000) -> blocks [4096, 8192)
+  uint64_t seq = log->backup_range(fd.fd, s);
+  REQUIRE(seq > 0);
+  CHECK(log->backup_bytes() == 4096);
+  s.off = 9 * 4096 + 7;
+  s.len = 1 << 20;  // to EOF: the unaligned tail block
+  uint64_t seq2 = log->backup_range(fd.fd, s);
+  CHECK(log->backup_bytes() == 4096 + 4096 + 100);
+  s.off = 10 * 4096 + 100;
+  s.len = 10;
+  CHECK(log->backup_range(fd.fd, s) == 0);  // at EOF: nothing
+  s.len = 0;
+  s.off = 0;
+  CHECK(log->backup_range(fd.fd, s) == 0);
+  CHECK(log->steps() == 2);
+
+  Fd d1(::openat(log->dir_fd(), (step_name(seq) + ".d").c_str(), O_RDONLY | O_CLOEXEC));
+  REQUIRE(d1.fd >= 0);
+  struct stat st;
+  ::fstat(d1.fd, &st);
+  CHECK(st.st_size == 8192);
+  CHECK(st.st_blocks == 4096 / 512);  // one block: a hole before it
+  auto ex = extents(d1.fd);
+  REQUIRE(ex.size() == 1);
+  CHECK(ex[0].first == 4096);
+  CHECK(ex[0].second);  // shared with the original: a clone, not a copy
+  Fd d2(::openat(log->dir_fd(), (step_name(seq2) + ".d").c_str(), O_RDONLY | O_CLOEXEC));
+  ::fstat(d2.fd, &st);
+  CHECK(st.st_size == 10 * 4096 + 100);
+
+  char rec[1024];
+  ssize_t n = ::readlinkat(log->dir_fd(), step_name(seq).c_str(), rec, sizeof rec);
+  REQUIRE(n > 0);
+  UndoStep back = decode_step(std::string_view(rec, size_t(n)));
+  CHECK(back.off == 4096);
+  CHECK(back.len == 4096);
+  discard_log(UndoContext{e.mount_fd, e.backups_fd, {}}, 9);
+  CHECK(!e.has_log(9));
+}
+
+TEST_CASE("Data: copy mode (no reflink) backs up and restores the same") {
+  NEED_XFS(e);
+  round_trip(
+      e, 1,
+      [](Txn &t, const std::string &r) {
+        t.write(r + "/big", 1, pattern(70'000, 3));
+        t.write(r + "/small", 0, "x");
+        t.truncate(r + "/d/sub/deep", 3);
+        t.write(r + "/d/sub/deep", 100'000, "regrown");
+      },
+      false);
+}
+
+TEST_CASE("Created: files, directories, symlinks, fifos, nested") {
+  NEED_XFS(e);
+  UndoResult r = round_trip(e, 1, [](Txn &t, const std::string &r) {
+    t.make(r + "/new", 'f');
+    t.write(r + "/new", 0, "data of a new file");
+    t.make(r + "/nd", 'd', 0700);
+    t.make(r + "/nd/inner", 'f', 0600);
+    t.make(r + "/nd/deeper", 'd');
+    t.make(r + "/nd/deeper/l", 'l', 0, "/etc/passwd");
+    t.make(r + "/d/p", 'p', 0600);
+    t.make(r + "/d/sub/new \n name", 'f');
+  });
+  CHECK(r.removed.size() == 7);
+}
+
+TEST_CASE("Linked: new names of existing objects go") {
+  NEED_XFS(e);
+  round_trip(e, 1, [](Txn &t, const std::string &r) {
+    t.link(r + "/small", r + "/third-name");
+    t.link(r + "/big", r + "/d/sub/big-link");
+    t.link(r + "/d/sym", r + "/sym-link");
+  });
+}
+
+TEST_CASE("Removed: files, hard-linked files, symlinks, empty dirs come back with their inodes") {
+  NEED_XFS(e);
+  round_trip(e, 1, [](Txn &t, const std::string &r) {
+    t.remove(r + "/big");
+    t.remove(r + "/small");  // one of two links
+    t.remove(r + "/d/sym");
+    t.remove(r + "/fifo");
+    t.remove(r + "/empty-dir");
+    t.remove(r + "/d/sub/deep");
+    t.remove(r + "/d/sub");
+    t.remove(r + "/odd name\nwith newline \xff");
+  });
+}
+
+TEST_CASE("Renamed: within and across directories, over files and empty dirs, exchange") {
+  NEED_XFS(e);
+  round_trip(e, 1, [](Txn &t, const std::string &r) {
+    t.rename(r + "/small", r + "/small2");
+    t.rename(r + "/small2", r + "/d/sub/small3");  // twice
+    t.rename(r + "/big", r + "/aligned");           // over a file
+    t.rename(r + "/d/sub", r + "/empty-dir");       // a dir over an empty dir
+    t.rename(r + "/d/inner", r + "/suid", RENAME_EXCHANGE);
+    t.rename(r + "/d", r + "/moved-d");                      // a dir, keeping its children
+    t.rename(r + "/fifo", r + "/moved-d/fifo", RENAME_NOREPLACE);
+  });
+}
+
+TEST_CASE("Xattrs: set, change, remove; on files, dirs (with ACLs) and symlinks") {
+  NEED_XFS(e);
+  // A default ACL (a directory-only xattr) and an access ACL, set before the transaction.
+  const unsigned char acl[] = {2, 0, 0, 0,                         // version
+                               1, 0, 6, 0, 0xff, 0xff, 0xff, 0xff,  // USER_OBJ rw-
+                               2, 0, 4, 0, 0xe8, 3, 0, 0,          // USER 1000 r--
+                               4, 0, 4, 0, 0xff, 0xff, 0xff, 0xff,  // GROUP_OBJ r--
+                               0x10, 0, 4, 0, 0xff, 0xff, 0xff, 0xff,  // MASK r--
+                               0x20, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};  // OTHER ---
+  auto setup = [&](const std::string &root) {
+    std::string d = root + "/d", big = root + "/big";
+    REQUIRE(::setxattr(d.c_str(), "system.posix_acl_default", acl, sizeof acl, 0) == 0);
+    REQUIRE(::setxattr(big.c_str(), "system.posix_acl_access", acl, sizeof acl, 0) == 0);
+  };
+  round_trip(e, 1, [&](Txn &t, const std::string &r) {
+    t.setx(r + "/small", "user.colour", "red");
+    t.setx(r + "/small", "user.new", std::string(3000, 'v'));
+    t.rmx(r + "/small", "trusted.secret");
+    t.setx(r + "/d", "user.dirattr", "changed");
+    t.rmx(r + "/d", "system.posix_acl_default");
+    t.rmx(r + "/big", "system.posix_acl_access");
+    t.setx(r + "/d/sym", "trusted.link", "changed");
+    t.setx(r + "/d/sym", "trusted.more", "");
+    t.setx(r + "/empty-dir", "trusted.x", "y");
+  }, true, setup);
+}
+
+// ================================================================ sequences
+
+void mixed(Txn &t, const std::string &r) {
+  t.make(r + "/nd", 'd', 0755);
+  t.make(r + "/nd/file", 'f', 0644);
+  t.write(r + "/nd/file", 0, pattern(9000, 7));
+  t.write(r + "/big", 12345, pattern(5000, 8));
+  t.rename(r + "/nd/file", r + "/small");  // over an existing, hard-linked file
+  t.remove(r + "/d/inner");
+  t.setx(r + "/aligned", "user.k", "v");
+  t.truncate(r + "/aligned", 100);
+  t.write(r + "/aligned", 50'000, "regrown past a hole");
+  t.chmod(r + "/suid", 0644);
+  t.link(r + "/big", r + "/nd/big-link");
+  t.utimes(r + "/big", {1, 1}, {2, 2});
+  t.rename(r + "/d", r + "/nd/d");
+  t.remove(r + "/nd/d/sub/deep");
+  t.remove(r + "/nd/d/sub");
+  t.make(r + "/nd/d/sub", 'f');  // a new object under a removed name
+  t.rename(r + "/empty", r + "/nd/d/sym", RENAME_EXCHANGE);
+  t.chown(r + "/nd/d/sym", 5, 5);
+  t.truncate(r + "/big", 0);
+  t.write(r + "/big", 3, pattern(20'000, 11));
+  t.remove(r + "/nd/big-link");
+}
+
+TEST_CASE("a mixed transaction is undone completely") {
+  NEED_XFS(e);
+  UndoResult r = round_trip(e, 1, mixed);
+  CHECK(r.undone > 0);
+  CHECK(r.undone <= r.steps);
+  CHECK(!r.touched.empty());
+}
+
+TEST_CASE("random unaligned writes, truncations to 0 and regrowth") {
+  NEED_XFS(e);
+  for (bool reflink : {true, false}) {
+    for (unsigned seed = 1; seed <= 6; ++seed) {
+      uint64_t txid = seed + (reflink ? 0 : 100);
+      round_trip(
+          e, txid,
+          [seed](Txn &t, const std::string &r) {
+            std::mt19937_64 rng(seed);
+            std::string f = r + "/big";
+            for (int i = 0; i < 40; ++i) {
+              struct stat st = t.lstat_of(f);
+              uint64_t size = uint64_t(st.st_size);
+              switch (rng() % 8) {
+                case 0: t.truncate(f, size ? rng() % size : 0); break;
+                case 1: t.truncate(f, 0); break;
+                case 2: t.truncate(f, size + rng() % 20000); break;
+                default: {
+                  uint64_t off = rng() % (size + 10000);
+                  t.write(f, off, pattern(1 + rng() % 30000, unsigned(rng())));
+                }
+              }
+            }
+          },
+          reflink);
+    }
+  }
+}
+
+TEST_CASE("an undo interrupted after any number of steps finishes on the next run") {
+  NEED_XFS(e);
+  // How many steps the mixed transaction records.
+  uint64_t n;
+  {
+    build_tree(e, "probe");
+    Txn t(e, 1000);
+    mixed(t, "probe");
+    n = t.log->steps();
+    e.undo(1000);
+  }
+  REQUIRE(n > 20);
+  for (uint64_t k = 0; k <= n; ++k) {
+    INFO("interrupted after " << k << " of " << n << " steps");
+    std::string rel = "k" + std::to_string(k);
+    build_tree(e, rel);
+    Snapshot before = snapshot(e.p(rel));
+    {
+      Txn t(e, k + 1);
+      mixed(t, rel);
+    }
+    uint64_t calls = 0;
+    auto crash_at = [&](uint64_t at) {
+      calls = 0;
+      return [&calls, at](const UndoStep &) {
+        if (calls++ == at) throw Crash{};
+      };
+    };
+    if (k < n) {
+      CHECK_THROWS_AS(e.undo(k + 1, crash_at(k)), Crash);
+      CHECK(e.has_log(k + 1));
+      // A second interruption, earlier than the first, changes nothing either.
+      CHECK_THROWS_AS(e.undo(k + 1, crash_at(k / 2)), Crash);
+    }
+    UndoResult r = e.undo(k + 1);
+    CHECK(r.problems.empty());
+    CHECK(r.steps == n);
+    CHECK(diff(before, snapshot(e.p(rel))) == "");
+    CHECK(!e.has_log(k + 1));
+  }
+}
+
+TEST_CASE("a transaction cut off between a record and its change undoes cleanly") {
+  NEED_XFS(e);
+  for (int j = 0; j < 24; ++j) {
+    INFO("crash at change point " << j);
+    std::string rel = "c" + std::to_string(j);
+    build_tree(e, rel);
+    Snapshot before = snapshot(e.p(rel));
+    bool finished = true;
+    {
+      Txn t(e, uint64_t(j) + 1);
+      t.budget = j;
+      try {
+        mixed(t, rel);
+      } catch (const Crash &) {
+        finished = false;
+      }
+    }
+    UndoResult r = e.undo(uint64_t(j) + 1);
+    CHECK(r.problems.empty());
+    CHECK(diff(before, snapshot(e.p(rel))) == "");
+    if (finished) break;
+  }
+}
+
+// ================================================================ the log as a whole
+
+TEST_CASE("logged_transactions lists decimal log directories in order; discard_log empties") {
+  NEED_XFS(e);
+  UndoContext ctx{e.mount_fd, e.backups_fd, {}};
+  CHECK(logged_transactions(e.backups_fd).empty());
+  for (uint64_t id : std::vector<uint64_t>{30, 4, 1000000000000ull}) {
+    std::string x = "x" + std::to_string(id);
+    build_tree(e, x);
+    Txn t(e, id);
+    t.write(x + "/big", id % 1000, "changed");
+    t.remove(x + "/d/inner");
+    t.make(x + "/d/inner", 'd');  // a stashed object and a new one in every log
+    t.remove(x + "/d/inner");
+    t.rename(x + "/d/small-link", x + "/small");
+    t.rename(x + "/small", x + "/d/small-link");
+  }
+  ::mkdirat(e.backups_fd, "007", 0700);  // not canonical decimal
+  ::mkdirat(e.backups_fd, "12a", 0700);
+  ::close(::openat(e.backups_fd, "55", O_CREAT | O_WRONLY, 0600));  // not a directory
+  CHECK(logged_transactions(e.backups_fd) == std::vector<uint64_t>{4, 30, 1000000000000ull});
+  CHECK_THROWS_AS(UndoLog::create(e.backups_fd, 30, true), Error);  // exists
+  for (uint64_t id : std::vector<uint64_t>{30, 4, 1000000000000ull}) {
+    discard_log(ctx, id);
+    discard_log(ctx, id);  // idempotent
+    CHECK(!e.has_log(id));
+  }
+  CHECK(logged_transactions(e.backups_fd).empty());
+  CHECK(e.undo(30).steps == 0);  // no log: nothing to undo
+}
+
+TEST_CASE("damaged records and missing data objects are reported, the rest undone") {
+  NEED_XFS(e);
+  build_tree(e, "x");
+  Snapshot before = snapshot(e.p("x"));
+  uint64_t data_seq;
+  {
+    Txn t(e, 5);
+    t.chmod("x/small", 0);
+    t.write("x/aligned", 0, "zzz");
+    data_seq = t.log->steps();
+    t.write("x/big", 0, "yyy");
+    t.remove("x/d/inner");
+    int ld = t.log->dir_fd();
+    // A damaged record, a record of an unknown future format, and a stray file.
+    ::symlinkat("1 D garbage", ld, "00000000000000f0");
+    ::symlinkat("9 whatever", ld, "00000000000000f1");
+    ::close(::openat(ld, "stray", O_CREAT | O_WRONLY, 0600));
+    // A record under the wrong name.
+    char rec[1024];
+    ssize_t n = ::readlinkat(ld, step_name(1).c_str(), rec, sizeof rec);
+    ::symlinkat(std::string(rec, size_t(n)).c_str(), ld, "00000000000000f2");
+    // The clone of the first write is lost.
+    REQUIRE(::unlinkat(ld, (step_name(data_seq) + ".d").c_str(), 0) == 0);
+  }
+  UndoResult r = e.undo(5);
+  CHECK(r.steps == 10);
+  CHECK(r.problems.size() == 4);
+  Snapshot after = snapshot(e.p("x"));
+  CHECK(after.at("small").mode == before.at("small").mode);
+  CHECK(after.at("big").content == before.at("big").content);
+  CHECK(after.count("d/inner"));
+  CHECK(after.at("aligned").content != before.at("aligned").content);  // could not restore
+  CHECK(!e.has_log(5));
+}
+
+TEST_CASE("an undo never acts on an object that merely reuses a name") {
+  NEED_XFS(e);
+  build_tree(e, "x");
+  {
+    Txn t(e, 6);
+    t.make("x/new", 'f');
+    t.link("x/small", "x/alias");
+  }
+  // Outside the transaction (say, after the records, before the crash it never saw):
+  // the names now belong to other objects.
+  REQUIRE(::unlink(e.p("x/new").c_str()) == 0);
+  put_file(e.p("x/new"), "someone else's");
+  REQUIRE(::unlink(e.p("x/alias").c_str()) == 0);
+  put_file(e.p("x/alias"), "another");
+  UndoResult r = e.undo(6);
+  CHECK(r.problems.empty());
+  Snapshot after = snapshot(e.p("x"));
+  CHECK(after.at("new").content == "someone else's");
+  CHECK(after.at("alias").content == "another");
+  CHECK(r.removed.size() == 1);  // the created object is gone either way
+}
+
+TEST_CASE("a log removal cut short leaves only steps whose undo changes nothing") {
+  NEED_XFS(e);
+  // Records go highest seq first: any crash during the removal leaves the steps up to
+  // some seq m, with their data objects. Undoing those again must change nothing.
+  build_tree(e, "x");
+  Snapshot before = snapshot(e.p("x"));
+  uint64_t n;
+  {
+    Txn t(e, 1);
+    mixed(t, "x");
+    n = t.log->steps();
+  }
+  save_log(e, 1, e.mnt + "/side");
+  CHECK(e.undo(1).problems.empty());
+  REQUIRE(diff(before, snapshot(e.p("x"))) == "");
+  for (uint64_t m = 1; m <= n; ++m) {
+    INFO("records 1.." << m << " of " << n << " left");
+    restore_log(e, e.mnt + "/side", 100 + m, m);
+    UndoResult r = e.undo(100 + m);
+    CHECK(r.steps == m);
+    CHECK(r.problems.empty());
+    CHECK(diff(before, snapshot(e.p("x"))) == "");
+  }
+}
+
+TEST_CASE("removing a log never follows symlinks out of it") {
+  NEED_XFS(e);
+  build_tree(e, "x");
+  Snapshot before = snapshot(e.p("x"));
+  {
+    Txn t(e, 3);
+    t.write("x/big", 0, "x");
+    int ld = t.log->dir_fd();
+    REQUIRE(::symlinkat(e.p("x").c_str(), ld, "escape") == 0);
+    REQUIRE(::mkdirat(ld, "stray-dir", 0700) == 0);
+    REQUIRE(::symlinkat(e.p("x/d").c_str(), ld, "stray-dir/link") == 0);
+    REQUIRE(::symlinkat(e.p("x/big").c_str(), ld, "00000000000000aa.d") == 0);
+    // A record name on something that is not a symlink.
+    REQUIRE(::close(::openat(ld, "00000000000000ab", O_CREAT | O_WRONLY, 0600)) == 0);
+  }
+  UndoResult r = e.undo(3);
+  CHECK(r.problems.size() == 1);  // the record that is not a symlink
+  CHECK(diff(before, snapshot(e.p("x"))) == "");
+  CHECK(!e.has_log(3));
+}
+
+TEST_CASE("without reflink (ext4 /tmp) backups and restores fall back to copying") {
+  NEED_FS(e, false);
+  if (supports_reflink(e.mnt)) WARN("this file system clones: the fallback is not exercised");
+  round_trip(e, 1, mixed, false);
+  round_trip(e, 2, mixed, true);  // a store that thinks it has reflink copies too
+  round_trip(e, 3, [](Txn &t, const std::string &r) {
+    std::mt19937_64 rng(42);
+    for (int i = 0; i < 30; ++i) {
+      uint64_t size = uint64_t(t.lstat_of(r + "/big").st_size);
+      if (rng() % 5 == 0) t.truncate(r + "/big", size ? rng() % size : 0);
+      else t.write(r + "/big", rng() % (size + 5000), pattern(1 + rng() % 20000, unsigned(i)));
+    }
+  });
+}
