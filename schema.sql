@@ -6,7 +6,7 @@
 -- visible tree has exactly one row in `handles`, and every row names an object that
 -- exists. `txnfs fsck` checks both directions.
 
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;
 
 -- Store-wide facts: schema_version, store_uuid, created, backups ('reflink'|'copy').
 CREATE TABLE meta (
@@ -48,3 +48,25 @@ CREATE VIEW handle_table AS
                    WHEN 49152 THEN 'socket' ELSE 'unknown' END AS kind,
          parent, name
   FROM handles;
+
+-- Transactions: the recovery record of each one that may have changed the tree.
+-- A row is written at begin; state becomes 'committed' (and the database is synced)
+-- only after every effect of the transaction is durable, so a durable 'committed'
+-- row is the commit record. Its undo log lives in STORE/.txnfs/backups/<id>/; a log
+-- without a committed row belongs to a transaction that recovery rolls back.
+-- Rows of finished transactions are deleted once their logs are gone for good.
+CREATE TABLE txns (
+  id       INTEGER PRIMARY KEY AUTOINCREMENT,
+  state    TEXT    NOT NULL CHECK (state IN ('active', 'committed', 'aborted')),
+  uid      INTEGER NOT NULL,   -- owner
+  pid      INTEGER NOT NULL,   -- bound thread id or process id
+  flags    INTEGER NOT NULL,   -- 1: bound to a process and its descendants
+  started  TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  ended    TEXT
+);
+
+-- Documented view: transactions that have not finished.
+CREATE VIEW open_transactions AS
+  SELECT id, uid, pid, CASE flags & 1 WHEN 1 THEN 'process' ELSE 'thread' END AS bound_to,
+         started, state
+  FROM txns WHERE state = 'active';

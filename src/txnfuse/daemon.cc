@@ -6,15 +6,20 @@
 
 #include <cerrno>
 #include <climits>
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "backing.h"
 #include "error.h"
+#include "recover.h"
+#include "txn.h"
 
 namespace txnfs {
 
@@ -36,6 +41,31 @@ void check_root(MetaDb &db, const BackingId &tree) {
                 "was STORE/tree replaced? run txnfs fsck STORE");
 }
 
+// Forks; the parent exits 0 once the child writes a byte to the returned fd (it is
+// serving), or 1 if the child dies first. The child detaches from the terminal.
+int daemonize() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("pipe", errno);
+  pid_t pid = ::fork();
+  if (pid < 0) throw_errno("fork", errno);
+  if (pid > 0) {
+    ::close(p[1]);
+    char ok;
+    ::_exit(::read(p[0], &ok, 1) == 1 ? 0 : 1);
+  }
+  ::close(p[0]);
+  ::setsid();
+  if (::chdir("/") != 0) { /* "/" always exists */ }
+  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::close(null);
+  }
+  return p[1];
+}
+
 struct Session {
   fuse_session *se = nullptr;
   bool mounted = false, handlers = false;
@@ -53,6 +83,8 @@ int run_mount(const MountOptions &opts) {
   fs.opts = opts.fs;
   fs.paths = StorePaths::of(absolute(opts.store));
   std::string mountpoint = absolute(opts.mountpoint);
+  MountOptions o = opts;
+  if (!o.log_file.empty() && o.log_file[0] != '/') o.log_file = std::filesystem::absolute(o.log_file);
   check_store_layout(fs.paths);
   StoreLock lock(fs.paths);
 
@@ -60,9 +92,27 @@ int run_mount(const MountOptions &opts) {
   if (fs.tree_fd < 0) throw_errno("open " + fs.paths.tree, errno);
   BackingId tree = backing_id(fs.tree_fd);
   fs.tree_ino = tree.ino;
-  // Validate the database now, while errors still reach the caller; the connection
-  // the daemon uses is opened after fork (SQLite connections must not cross fork).
-  check_root(*MetaDb::open(fs.paths.db), tree);
+  // Validate the database and roll back what a crash left half-done now, while
+  // errors still reach the caller; the connection the daemon uses is opened after
+  // fork (SQLite connections must not cross fork).
+  {
+    auto db = MetaDb::open(fs.paths.db);
+    check_root(*db, tree);
+    fs.reflink = db->get_meta("backups").value_or("reflink") == "reflink";
+    RecoveryReport rep = recover_store(fs.paths, *db);
+    for (auto &p : rep.problems) spdlog::warn("recovery: {}", p);
+    if (rep.rolled_back || rep.discarded)
+      spdlog::info("recovery: rolled back {} transactions ({} steps, {} bytes), finished {} "
+                   "committed ones, in {:.3f} s",
+                   rep.rolled_back, rep.steps_undone, rep.bytes_restored, rep.discarded,
+                   rep.seconds);
+    fs.recoveries = rep.rolled_back;
+  }
+  fs.backups_fd = ::open(fs.paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fs.backups_fd < 0) throw_errno("open " + fs.paths.backups, errno);
+  fs.txns->limits.lock_timeout = opts.lock_timeout;
+  fs.txns->limits.max_ops = opts.max_ops;
+  fs.txns->limits.max_backup_bytes = opts.max_backup_bytes;
 
   std::vector<std::string> argv_s = {
       "txnfs", "-o",
@@ -87,9 +137,15 @@ int run_mount(const MountOptions &opts) {
                 "does the directory exist, and is /dev/fuse available?");
   s.mounted = true;
 
+  int ready_fd = -1;
   if (!opts.foreground) {
-    fuse_daemonize(0);
-    spdlog::set_default_logger(spdlog::syslog_logger_mt("txnfs", "txnfs", LOG_PID));
+    ready_fd = daemonize();
+    if (o.log_file.empty())
+      spdlog::set_default_logger(spdlog::syslog_logger_mt("txnfs", "txnfs", LOG_PID));
+  }
+  if (!o.log_file.empty()) {
+    spdlog::set_default_logger(spdlog::basic_logger_mt("txnfs", o.log_file));
+    spdlog::flush_on(spdlog::level::info);
   }
   if (!opts.pid_file.empty()) std::ofstream(opts.pid_file) << ::getpid() << "\n";
 
@@ -99,16 +155,29 @@ int run_mount(const MountOptions &opts) {
   fs.root->nodeid = FUSE_ROOT_ID;
   fs.root->ino = tree.ino;
   fs.root->generation = tree.generation;
+  fs.root->fh = tree.fh;
   fs.root->type = S_IFDIR;
   fs.inodes.add_lookup(fs.root);  // the root never leaves the table
   ::umask(0);                     // modes arrive with the caller's umask applied
   spdlog::info("serving {} at {}", fs.paths.root, mountpoint);
 
+  fs.txns->start();
+  fs.inval.start(s.se);
+  if (ready_fd >= 0) {  // the mount is served: let `txnfs mount` return
+    char ok = 0;
+    [[maybe_unused]] auto n = ::write(ready_fd, &ok, 1);
+    ::close(ready_fd);
+  }
+
   fuse_loop_config *cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_clone_fd(cfg, 1);
-  fuse_loop_cfg_set_max_threads(cfg, 64);
+  // Requests may wait for locks; enough threads remain to serve the commit or abort
+  // that ends the wait.
+  fuse_loop_cfg_set_max_threads(cfg, 256);
   int rc = fuse_session_loop_mt(s.se, cfg);
   fuse_loop_cfg_destroy(cfg);
+  fs.inval.stop();
+  fs.txns->stop();
   spdlog::info("unmounting {}", mountpoint);
   if (!opts.pid_file.empty()) ::unlink(opts.pid_file.c_str());
   return rc == 0 ? 0 : 1;

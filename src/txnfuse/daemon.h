@@ -1,6 +1,8 @@
 // Serving a store: the checks that refuse a bad store before anything is touched,
 // the FUSE session, daemonising, and the multi-threaded request loop.
 #pragma once
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -9,10 +11,13 @@
 namespace txnfs {
 
 struct MountOptions {
-  std::string store, mountpoint, pid_file;
+  std::string store, mountpoint, pid_file, log_file;
   bool foreground = false;
   std::vector<std::string> fuse_opts;  // extra -o options
   FsOptions fs;
+  std::chrono::milliseconds lock_timeout{10'000};
+  uint64_t max_ops = 1'000'000;
+  uint64_t max_backup_bytes = uint64_t(64) << 30;
 };
 
 // Mounts and serves until unmounted. Throws Error (having changed nothing) when the

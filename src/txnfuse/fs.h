@@ -8,11 +8,15 @@
 #pragma once
 #include <fuse_lowlevel.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
 #include "inode_table.h"
+#include "invalidator.h"
+#include "lock_manager.h"
 #include "metadb.h"
+#include "pending.h"
 #include "store.h"
 
 namespace txnfs {
@@ -22,14 +26,28 @@ struct FsOptions {
   double attr_timeout = 3600;   // seconds the kernel may cache attributes
 };
 
+class TxnManager;
+
 struct Fs {
+  Fs();
+  ~Fs();
   StorePaths paths;
   FsOptions opts;
   int tree_fd = -1;  // fd of STORE/tree; also the mount fd for open_by_fh
+  int backups_fd = -1;  // fd of STORE/.txnfs/backups, where undo logs live
+  bool reflink = true;  // back data up by range clones (else by copying)
   uint64_t tree_ino = 0;
   std::unique_ptr<MetaDb> db;
   InodeTable inodes;
   InodePtr root;
+  LockManager locks;
+  Invalidator inval;
+  PendingEntries pending;  // committed state of entries open transactions changed
+  std::unique_ptr<TxnManager> txns;
+  // Plain requests running without locks because no transaction was open when they
+  // started; TxnManager::begin waits for them to finish.
+  std::atomic<int> unlocked_inflight{0};
+  uint64_t recoveries = 0;  // transactions rolled back by recovery at mount
 
   // nodeid the kernel sees for a backing inode number.
   uint64_t nodeid_of(uint64_t ino) const { return ino == tree_ino ? FUSE_ROOT_ID : ino; }

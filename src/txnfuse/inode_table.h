@@ -7,9 +7,11 @@
 #pragma once
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 namespace txnfs {
@@ -19,8 +21,12 @@ struct Inode {
   uint64_t nodeid = 0;
   uint64_t generation = 0;
   uint64_t ino = 0;  // backing inode number
+  std::string fh;    // backing file handle (see backing.h)
   mode_t type = 0;   // S_IFMT bits
   uint64_t nlookup = 0;  // guarded by the table's mutex
+  // Set once a transaction has changed the object: plain opens of it then bypass the
+  // page cache (a transaction's writes move the kernel's shared file size).
+  mutable std::atomic<bool> txn_written{false};
 
   ~Inode();
 };

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "cli_txn.h"
 #include "daemon.h"
 #include "error.h"
 #include "fsck.h"
@@ -58,10 +59,21 @@ int main(int argc, char **argv) {
   mount->add_flag("-f,--foreground", mo.foreground, "stay in the foreground, log to stderr");
   mount->add_option("-o", mo.fuse_opts, "extra FUSE mount options (comma-separated)");
   mount->add_option("--pid-file", mo.pid_file, "write the daemon's PID to this file");
+  mount->add_option("--log-file", mo.log_file,
+                    "log to this file (default: stderr with -f, else syslog)");
   mount->add_option("--entry-timeout", mo.fs.entry_timeout,
                     "seconds the kernel may cache names")->capture_default_str();
   mount->add_option("--attr-timeout", mo.fs.attr_timeout,
                     "seconds the kernel may cache attributes")->capture_default_str();
+
+  int64_t lock_timeout_ms = 10000;
+  mount->add_option("--lock-timeout-ms", lock_timeout_ms,
+                    "longest wait for a lock before the request fails (ETIMEDOUT)")
+      ->capture_default_str();
+  mount->add_option("--max-txn-ops", mo.max_ops,
+                    "operations one transaction may perform")->capture_default_str();
+  mount->add_option("--max-txn-backup-bytes", mo.max_backup_bytes,
+                    "bytes one transaction may back up")->capture_default_str();
 
   auto *umount = app.add_subcommand("umount", "Unmount a txnfs mount point");
   umount->add_option("MOUNTPOINT", mountpoint, "the mount point")->required();
@@ -70,14 +82,27 @@ int main(int argc, char **argv) {
   fsck->add_option("STORE", store, "the store directory")->required();
   fsck->footer("Exit status: 0 clean, 1 problems found (each printed), 2 error.");
 
-  CLI11_PARSE(app, argc, argv);
+  cli::TxnCommands txn(app);  // run, begin, commit, abort, status (cli_txn.cc)
+
+  app.failure_message(cli::failure_message);  // "txnfs: error: ..."
   try {
+    std::vector<const char *> args = txn.split_run_command(argc, argv);  // for `txnfs run`
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::ParseError &e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : txn.usage_exit_status();  // 2 (125 for run)
+  }
+  try {
+    if (txn.selected()) return txn.execute();
     if (*init) {
       init_store(store, allow_copy);
       fmt::print("initialised txnfs store {}\n", store);
       return 0;
     }
-    if (*mount) return run_mount(mo);
+    if (*mount) {
+      mo.lock_timeout = std::chrono::milliseconds(lock_timeout_ms);
+      return run_mount(mo);
+    }
     if (*umount) return cmd_umount(mountpoint);
     if (*fsck) return cmd_fsck(store);
   } catch (const Error &e) {

@@ -8,6 +8,7 @@ namespace txnfs {
 void add_entry_ops(fuse_lowlevel_ops &ops);
 void add_data_ops(fuse_lowlevel_ops &ops);
 void add_dir_ops(fuse_lowlevel_ops &ops);
+void add_ctl_ops(fuse_lowlevel_ops &ops);
 
 namespace {
 
@@ -37,6 +38,7 @@ fuse_lowlevel_ops make_ops() {
   add_entry_ops(ops);
   add_data_ops(ops);
   add_dir_ops(ops);
+  add_ctl_ops(ops);
   return ops;
 }
 

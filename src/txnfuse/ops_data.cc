@@ -7,26 +7,39 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <vector>
 
 #include "fs.h"
+#include "op.h"
+#include "txn_undo.h"
 
 namespace txnfs {
 
 namespace {
 
 void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
+  Op op(req);
   InodePtr i = inode_of(req, nodeid);
-  if (!i) return (void)fuse_reply_err(req, ESTALE);
+  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  if (!err && (fi->flags & O_TRUNC)) {
+    err = op.lock_object(nodeid, LockMode::X);
+    if (!err && op.txn()) err = save_truncate(op.fs(), *op.txn(), *i, 0);
+  }
+  if (err) return (void)fuse_reply_err(req, err);
   int flags = (fi->flags | O_CLOEXEC) & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY);
   int fd = ::open(proc_path(i->fd).c_str(), flags);
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   fi->fh = uint64_t(fd);
-  // Every write reaches the backing file through this daemon and the kernel's page
-  // cache, so cached pages stay valid across opens; there is nothing to flush.
-  fi->keep_cache = 1;
+  // Every plain write reaches the backing file through this daemon and the kernel's
+  // page cache, so cached pages stay valid across opens; there is nothing to flush.
+  // A transaction's I/O bypasses the page cache: its reads must take locks here, and
+  // its writes must not be seen by others before it commits.
+  // A plain open while transactions are open bypasses the page cache too: a
+  // transaction's writes move the kernel's file size, which would clip cached reads.
+  fi->keep_cache = op.cacheable() && !op.plain_isolated() && !i->txn_written;
   fi->noflush = 1;
-  if (fi->flags & O_DIRECT) fi->direct_io = 1;
+  fi->direct_io = !fi->keep_cache || (fi->flags & O_DIRECT);
   fuse_reply_open(req, fi);
 }
 
@@ -42,7 +55,40 @@ void op_fsync(fuse_req_t req, fuse_ino_t, int datasync, fuse_file_info *fi) {
   fuse_reply_err(req, rc == 0 ? 0 : errno);
 }
 
-void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info *fi) {
+// A plain read while transactions are open: the committed bytes, without waiting.
+// Reads the file first, then patches in what an open transaction saved before
+// overwriting it, and cuts at the committed size (see pending.h for the order).
+void read_committed(fuse_req_t req, Fs &fs, fuse_ino_t nodeid, size_t size, off_t off,
+                    fuse_file_info *fi) {
+  std::vector<char> buf(size);
+  ssize_t n = ::pread(int(fi->fh), buf.data(), size, off);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  auto b = fs.pending.object(nodeid);
+  if (!b) return (void)fuse_reply_buf(req, buf.data(), size_t(n));
+  uint64_t committed = uint64_t(b->st.st_size), start = uint64_t(off);
+  size_t len = start >= committed ? 0 : size_t(std::min<uint64_t>(size, committed - start));
+  if (size_t(n) < len) std::fill(buf.begin() + n, buf.begin() + len, 0);
+  for (auto &[a, v] : b->ranges) {
+    uint64_t lo = std::max(a, start), hi = std::min(v.first, start + len);
+    if (lo >= hi) continue;
+    int dfd = ::openat(b->log_fd, v.second.c_str(), O_RDONLY | O_CLOEXEC);
+    if (dfd < 0) continue;  // the transaction committed meanwhile: the tree is current
+    ssize_t r = ::pread(dfd, buf.data() + (lo - start), hi - lo, off_t(lo));
+    ::close(dfd);
+    if (r < 0) {
+      ::close(b->log_fd);
+      return (void)fuse_reply_err(req, EIO);
+    }
+  }
+  ::close(b->log_fd);
+  fuse_reply_buf(req, buf.data(), len);
+}
+
+void op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off, fuse_file_info *fi) {
+  Op op(req);
+  if (!op.error() && op.plain_isolated()) return read_committed(req, op.fs(), nodeid, size, off, fi);
+  int err = op.error() ? op.error() : op.lock_object(nodeid, LockMode::S);
+  if (err) return (void)fuse_reply_err(req, err);
   fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
   buf.buf[0].flags = fuse_buf_flags(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
   buf.buf[0].fd = int(fi->fh);
@@ -50,7 +96,13 @@ void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info 
   fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 
-void op_write_buf(fuse_req_t req, fuse_ino_t, fuse_bufvec *in, off_t off, fuse_file_info *fi) {
+void op_write_buf(fuse_req_t req, fuse_ino_t nodeid, fuse_bufvec *in, off_t off,
+                  fuse_file_info *fi) {
+  Op op(req);
+  InodePtr i = inode_of(req, nodeid);
+  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *i, off, fuse_buf_size(in));
+  if (err) return (void)fuse_reply_err(req, err);
   fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
   out.buf[0].flags = fuse_buf_flags(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
   out.buf[0].fd = int(fi->fh);
@@ -60,21 +112,43 @@ void op_write_buf(fuse_req_t req, fuse_ino_t, fuse_bufvec *in, off_t off, fuse_f
   else fuse_reply_write(req, size_t(n));
 }
 
-void op_fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t off, off_t len,
+void op_fallocate(fuse_req_t req, fuse_ino_t nodeid, int mode, off_t off, off_t len,
                   fuse_file_info *fi) {
+  Op op(req);
+  InodePtr i = inode_of(req, nodeid);
+  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  if (!err && op.txn()) {
+    Txn &t = *op.txn();
+    if (mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE))
+      err = save_truncate(op.fs(), t, *i, off);  // everything from off on moves
+    else if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))
+      err = save_range(op.fs(), t, *i, off, len);
+    else
+      err = save_attrs(op.fs(), t, *i);
+  }
+  if (err) return (void)fuse_reply_err(req, err);
   int rc = ::fallocate(int(fi->fh), mode, off, len);
   fuse_reply_err(req, rc == 0 ? 0 : errno);
 }
 
-void op_lseek(fuse_req_t req, fuse_ino_t, off_t off, int whence, fuse_file_info *fi) {
+void op_lseek(fuse_req_t req, fuse_ino_t nodeid, off_t off, int whence, fuse_file_info *fi) {
+  Op op(req);
+  int err = op.error() ? op.error() : op.plain_isolated() ? 0 : op.lock_object(nodeid, LockMode::S);
+  if (err) return (void)fuse_reply_err(req, err);
   off_t r = ::lseek(int(fi->fh), off, whence);
   if (r < 0) fuse_reply_err(req, errno);
   else fuse_reply_lseek(req, r);
 }
 
-void op_copy_file_range(fuse_req_t req, fuse_ino_t, off_t off_in, fuse_file_info *fi_in,
-                        fuse_ino_t, off_t off_out, fuse_file_info *fi_out, size_t len,
-                        int flags) {
+void op_copy_file_range(fuse_req_t req, fuse_ino_t in_node, off_t off_in,
+                        fuse_file_info *fi_in, fuse_ino_t out_node, off_t off_out,
+                        fuse_file_info *fi_out, size_t len, int flags) {
+  Op op(req);
+  InodePtr out_i = inode_of(req, out_node);
+  int err = op.error() ? op.error() : !out_i ? ESTALE : op.lock_object(in_node, LockMode::S);
+  if (!err) err = op.lock_object(out_node, LockMode::X);
+  if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *out_i, off_out, len);
+  if (err) return (void)fuse_reply_err(req, err);
   loff_t in = off_in, out = off_out;
   ssize_t n = ::copy_file_range(int(fi_in->fh), &in, int(fi_out->fh), &out, len, unsigned(flags));
   if (n < 0) fuse_reply_err(req, errno);
@@ -98,33 +172,67 @@ void reply_xattr_result(fuse_req_t req, size_t size, ssize_t n, const std::vecto
   fuse_reply_buf(req, buf.data(), size_t(n));
 }
 
+// Where a request reads xattrs: the object itself, or — for a plain request while an
+// open transaction has changed them — the snapshot that transaction saved. Returns
+// an O_PATH fd to close, or -errno.
+int xattr_source(Op &op, const Inode &i) {
+  if (!op.plain_isolated() || !op.fs().pending.object(i.nodeid))
+    return ::fcntl(i.fd, F_DUPFD_CLOEXEC, 0);
+  auto b = op.fs().pending.object(i.nodeid);
+  int fd = b && !b->xattrs.empty()
+               ? ::openat(b->log_fd, b->xattrs.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)
+               : ::fcntl(i.fd, F_DUPFD_CLOEXEC, 0);
+  if (b) ::close(b->log_fd);
+  return fd >= 0 ? fd : -errno;
+}
+
 void op_getxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, size_t size) {
+  Op op(req);
   InodePtr i = inode_of(req, nodeid);
-  if (!i) return (void)fuse_reply_err(req, ESTALE);
+  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
+  int fd = err ? -err : xattr_source(op, *i);
+  if (fd < 0) return (void)fuse_reply_err(req, -fd);
   std::vector<char> buf(size);
-  ssize_t n = ::getxattr(proc_path(i->fd).c_str(), name, size ? buf.data() : nullptr, size);
+  ssize_t n = ::getxattr(proc_path(fd).c_str(), name, size ? buf.data() : nullptr, size);
+  int e = errno;
+  ::close(fd);
+  errno = e;
   reply_xattr_result(req, size, n, buf);
 }
 
 void op_listxattr(fuse_req_t req, fuse_ino_t nodeid, size_t size) {
+  Op op(req);
   InodePtr i = inode_of(req, nodeid);
-  if (!i) return (void)fuse_reply_err(req, ESTALE);
+  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
+  int fd = err ? -err : xattr_source(op, *i);
+  if (fd < 0) return (void)fuse_reply_err(req, -fd);
   std::vector<char> buf(size);
-  ssize_t n = ::listxattr(proc_path(i->fd).c_str(), size ? buf.data() : nullptr, size);
+  ssize_t n = ::listxattr(proc_path(fd).c_str(), size ? buf.data() : nullptr, size);
+  int e = errno;
+  ::close(fd);
+  errno = e;
   reply_xattr_result(req, size, n, buf);
 }
 
 void op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, const char *value,
                  size_t size, int flags) {
+  Op op(req);
   InodePtr i = inode_of(req, nodeid);
-  if (!i) return (void)fuse_reply_err(req, ESTALE);
+  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  if (!err && op.txn()) err = save_xattrs(op.fs(), *op.txn(), *i);
+  if (err) return (void)fuse_reply_err(req, err);
   int rc = ::setxattr(proc_path(i->fd).c_str(), name, value, size, flags);
   fuse_reply_err(req, rc == 0 ? 0 : errno);
 }
 
 void op_removexattr(fuse_req_t req, fuse_ino_t nodeid, const char *name) {
+  Op op(req);
   InodePtr i = inode_of(req, nodeid);
-  if (!i) return (void)fuse_reply_err(req, ESTALE);
+  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  if (!err && op.txn()) err = save_xattrs(op.fs(), *op.txn(), *i);
+  if (err) return (void)fuse_reply_err(req, err);
   int rc = ::removexattr(proc_path(i->fd).c_str(), name);
   fuse_reply_err(req, rc == 0 ? 0 : errno);
 }

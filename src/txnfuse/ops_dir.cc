@@ -7,21 +7,35 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "fs.h"
+#include "op.h"
 
 namespace txnfs {
 
 namespace {
 
+struct SnapEntry {
+  std::string name;
+  uint64_t ino;
+  mode_t type;
+};
+
 struct DirHandle {
   DIR *dp = nullptr;
   off_t offset = 0;
   dirent *entry = nullptr;  // read but not yet returned (did not fit)
+  // A plain listing while transactions are open: the committed listing, built at
+  // offset 0 and served by index (offset k = after entry k-1).
+  bool snapshot = false;
+  std::vector<SnapEntry> snap;
   ~DirHandle() {
     if (dp) ::closedir(dp);
   }
@@ -46,17 +60,76 @@ void op_opendir(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
     return (void)fuse_reply_err(req, err);
   }
   fi->fh = reinterpret_cast<uint64_t>(d.release());
-  fi->cache_readdir = 1;
-  fi->keep_cache = 1;
+  Op op(req);  // only to learn whether the listing may be cached
+  fi->cache_readdir = op.cacheable() && !op.fs().txns->any_open();
+  fi->keep_cache = fi->cache_readdir;
   fuse_reply_open(req, fi);
+}
+
+// The committed listing of `dir`: what the tree holds, with the entries that open
+// transactions changed shown as they were before (see pending.h).
+void build_snapshot(Fs &fs, uint64_t nodeid, DirHandle &d) {
+  d.snap.clear();
+  ::rewinddir(d.dp);
+  std::map<std::string, size_t> index;
+  while (dirent *e = ::readdir(d.dp)) {
+    index[e->d_name] = d.snap.size();
+    d.snap.push_back({e->d_name, e->d_ino, mode_t(e->d_type) << 12});
+  }
+  for (auto &[name, b] : fs.pending.in_dir(nodeid)) {
+    auto it = index.find(name);
+    if (it != index.end()) d.snap[it->second].name.clear();  // hidden below
+    if (b.existed) d.snap.push_back({name, b.ino, b.type});
+  }
+  std::erase_if(d.snap, [](const SnapEntry &e) { return e.name.empty(); });
+  d.snapshot = true;
+  d.offset = -1;  // the stream position is lost
+}
+
+void reply_snapshot(fuse_req_t req, DirHandle &d, size_t size, off_t offset, bool plus) {
+  std::vector<char> buf(size);
+  char *p = buf.data();
+  size_t rem = size;
+  for (size_t k = size_t(std::max<off_t>(offset, 0)); k < d.snap.size(); k++) {
+    const SnapEntry &s = d.snap[k];
+    size_t n;
+    if (plus) {  // no attributes: the kernel looks each entry up (plain lookups)
+      fuse_entry_param e;
+      std::memset(&e, 0, sizeof e);
+      e.attr.st_ino = s.ino;
+      e.attr.st_mode = s.type;
+      n = fuse_add_direntry_plus(req, p, rem, s.name.c_str(), &e, off_t(k + 1));
+    } else {
+      struct stat st;
+      std::memset(&st, 0, sizeof st);
+      st.st_ino = s.ino;
+      st.st_mode = s.type;
+      n = fuse_add_direntry(req, p, rem, s.name.c_str(), &st, off_t(k + 1));
+    }
+    if (n > rem) break;
+    p += n;
+    rem -= n;
+  }
+  fuse_reply_buf(req, buf.data(), size - rem);
 }
 
 void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
                 fuse_file_info *fi, bool plus) {
-  Fs &fs = fs_of(req);
+  Op op(req);
+  Fs &fs = op.fs();
   InodePtr dir = inode_of(req, nodeid);
   DirHandle *d = dir_of(fi);
-  if (!dir) return (void)fuse_reply_err(req, ESTALE);
+  // Once a listing is a snapshot its offsets are indices: it stays one to the end,
+  // even if the transactions end meanwhile.
+  if (d->snapshot || (op.plain_isolated() && offset == 0)) {
+    if (offset == 0) build_snapshot(fs, nodeid, *d);
+    return reply_snapshot(req, *d, size, offset, plus);
+  }
+  // A transaction lists under S on the directory. (A plain listing that was already
+  // streaming when a transaction began goes on streaming: see docs/isolation.md.)
+  int lerr0 = op.error() ? op.error() : !dir ? ESTALE : 0;
+  if (!lerr0 && op.txn()) lerr0 = op.lock_object(nodeid, LockMode::S);
+  if (lerr0) return (void)fuse_reply_err(req, lerr0);
   std::vector<char> buf(size);
   char *p = buf.data();
   size_t rem = size;
@@ -96,6 +169,7 @@ void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
         err = lerr;
         break;
       }
+      op.set_timeouts(e);
       n = fuse_add_direntry_plus(req, p, rem, name, &e, next);
       if (n > rem) {
         fs.inodes.forget(e.ino, 1);

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <string_view>
 
 #include <spdlog/spdlog.h>
@@ -14,6 +15,8 @@
 #include "backing.h"
 #include "error.h"
 #include "fs.h"
+#include "op.h"
+#include "txn_undo.h"
 
 namespace txnfs {
 
@@ -90,6 +93,7 @@ int lookup_fd(Fs &fs, int fd, uint64_t parent, const char *name, bool fresh,
   i->type = st.st_mode & S_IFMT;
   BackingId id = backing_id(fd);
   i->generation = id.generation;
+  i->fh = id.fh;
   record_handle(fs, *i, id, parent, name, fresh);
   i = fs.inodes.add_lookup(i);
   fill_entry(fs, *i, st, e);
@@ -111,6 +115,7 @@ int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e) {
   if (InodePtr i = nodeid == FUSE_ROOT_ID ? fs.root : fs.inodes.get(nodeid)) {
     struct stat st;
     if (int err = stat_fd(i->fd, &st)) return err;
+    if (st.st_nlink == 0) return ENOENT;  // removed; the kernel has not forgotten it yet
     i = fs.inodes.add_lookup(i);
     fill_entry(fs, *i, st, e);
     return 0;
@@ -127,19 +132,63 @@ int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e) {
   return lookup_fd(fs, fd, 0, nullptr, false, e);
 }
 
+// Plain requests while transactions are open read attributes without waiting: the
+// tree first, then the committed state an open transaction recorded (pending.h).
+// Returns false when the attributes may still change (do not cache them).
+bool committed_attrs(Fs &fs, uint64_t nodeid, struct stat &st) {
+  auto b = fs.pending.object(nodeid);
+  if (!b) return true;
+  ::close(b->log_fd);
+  st = b->st;
+  return false;
+}
+
+// A plain lookup while transactions are open: the committed state of the entry,
+// without waiting for their locks (see pending.h for why reading the tree first and
+// the registry second is consistent). Sets *snapshot when an open transaction
+// changed the entry, so the answer must not be cached.
+int lookup_committed(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e,
+                     bool *snapshot) {
+  int err = lookup_name(fs, parent, name, false, e);
+  auto before = fs.pending.before(parent->nodeid, name);
+  *snapshot = before.has_value();
+  if (!before) return err;
+  if (err == 0) fs.inodes.forget(e->ino, 1);
+  if (!before->existed) return ENOENT;
+  int fd = open_by_fh(fs.tree_fd, before->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return ENOENT;
+  return lookup_fd(fs, fd, 0, nullptr, false, e);
+}
+
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
-  Fs &fs = fs_of(req);
+  Op op(req);
+  Fs &fs = op.fs();
   fuse_entry_param e;
-  int err;
+  int err = op.error();
   try {
-    if (std::strcmp(name, ".") == 0) {
+    if (err) {
+    } else if (std::strcmp(name, ".") == 0) {
       err = lookup_self(fs, parent, &e);
     } else {
       InodePtr p = inode_of(req, parent);
-      err = p ? lookup_name(fs, p, name, false, &e) : ESTALE;
-      if (err == ENOENT && p) {  // negative entry: the kernel may cache the miss
+      bool snapshot = false;
+      if (!p) err = ESTALE;
+      else if (op.plain_isolated()) err = lookup_committed(fs, p, name, &e, &snapshot);
+      else if (!(err = op.lock_entry(parent, name, false))) err = lookup_name(fs, p, name, false, &e);
+      // What an open transaction may still change must not stay in kernel caches.
+      bool volatile_entry = snapshot;
+      if (!err && op.plain_isolated() && !committed_attrs(fs, e.ino, e.attr))
+        volatile_entry = true;
+      if (err == ENOENT) {  // negative entry: the kernel may cache the miss
         std::memset(&e, 0, sizeof e);
-        e.entry_timeout = fs.opts.entry_timeout;
+        op.set_timeouts(e);
+        if (volatile_entry) e.entry_timeout = 0;
+        fuse_reply_entry(req, &e);
+        return;
+      }
+      if (!err) {
+        op.set_timeouts(e);
+        if (volatile_entry) e.entry_timeout = e.attr_timeout = 0;
         fuse_reply_entry(req, &e);
         return;
       }
@@ -148,8 +197,9 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
     spdlog::error("lookup {} in {}: {}", name, parent, ex.what());
     err = EIO;
   }
-  if (err) fuse_reply_err(req, err);
-  else fuse_reply_entry(req, &e);
+  if (err) return (void)fuse_reply_err(req, err);
+  op.set_timeouts(e);
+  fuse_reply_entry(req, &e);
 }
 
 void op_forget(fuse_req_t req, fuse_ino_t nodeid, uint64_t nlookup) {
@@ -164,17 +214,28 @@ void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data *forgets) {
 }
 
 void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
+  Op op(req);
   InodePtr i = inode_of(req, nodeid);
   struct stat st;
-  int err = i ? stat_fd(i->fd, &st) : ESTALE;
-  if (err) fuse_reply_err(req, err);
-  else fuse_reply_attr(req, &st, fs_of(req).opts.attr_timeout);
+  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
+  if (!err) err = stat_fd(i->fd, &st);
+  if (err) return (void)fuse_reply_err(req, err);
+  double timeout = op.attr_timeout();
+  if (op.plain_isolated() && !committed_attrs(op.fs(), nodeid, st)) timeout = 0;
+  op.adjust(st);
+  fuse_reply_attr(req, &st, timeout);
 }
 
 void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
                 fuse_file_info *fi) {
+  Op op(req);
   InodePtr i = inode_of(req, nodeid);
-  if (!i) return (void)fuse_reply_err(req, ESTALE);
+  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  if (!err && op.txn())
+    err = (valid & FUSE_SET_ATTR_SIZE) ? save_truncate(op.fs(), *op.txn(), *i, attr->st_size)
+                                       : save_attrs(op.fs(), *op.txn(), *i);
+  if (err) return (void)fuse_reply_err(req, err);
   int rc = 0;
   if (valid & FUSE_SET_ATTR_MODE)
     rc = fi ? ::fchmod(int(fi->fh), attr->st_mode) : ::chmod(proc_path(i->fd).c_str(), attr->st_mode);
@@ -196,12 +257,18 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
     rc = fi ? ::futimens(int(fi->fh), tv) : ::utimensat(i->fd, "", tv, AT_EMPTY_PATH);
   }
   if (rc != 0) return (void)fuse_reply_err(req, errno);
-  op_getattr(req, nodeid, fi);
+  struct stat st;
+  if (int e = stat_fd(i->fd, &st)) return (void)fuse_reply_err(req, e);
+  op.adjust(st);
+  fuse_reply_attr(req, &st, op.attr_timeout());
 }
 
 void op_readlink(fuse_req_t req, fuse_ino_t nodeid) {
+  Op op(req);
   InodePtr i = inode_of(req, nodeid);
-  if (!i) return (void)fuse_reply_err(req, ESTALE);
+  // A symlink's target never changes (only its name does): no lock needed.
+  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  if (err) return (void)fuse_reply_err(req, err);
   char buf[PATH_MAX + 1];
   ssize_t n = ::readlinkat(i->fd, "", buf, sizeof buf);
   if (n < 0) return (void)fuse_reply_err(req, errno);
@@ -226,83 +293,111 @@ int own_new_entry(fuse_req_t req, const InodePtr &parent, const char *name, mode
   return 0;
 }
 
-// Common tail of mknod/mkdir/symlink: ownership, handle row, reply.
-void finish_new_entry(fuse_req_t req, const InodePtr &parent, const char *name, mode_t mode) {
-  Fs &fs = fs_of(req);
-  fuse_entry_param e;
-  int err = own_new_entry(req, parent, name, mode);
+// Makes a new entry `name` in `parent` with `make(dirfd, name)`: directly for a
+// plain request, through the undo log for a transaction. Then records its handle
+// and fills `e`. On failure nothing is left behind.
+int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name, mode_t mode,
+               const std::function<int(int, const char *)> &make, fuse_entry_param *e) {
+  Fs &fs = op.fs();
+  int err = op.lock_entry(parent->nodeid, name, true);
+  if (err) return err;
+  if (Txn *t = op.txn()) {
+    const fuse_ctx *ctx = fuse_req_ctx(req);
+    err = txn_make(fs, *t, *parent, name, mode, make, ctx->uid, ctx->gid);
+    if (err) return err;
+  } else {
+    if ((err = make(parent->fd, name))) return err;
+    if ((err = own_new_entry(req, parent, name, mode))) {
+      ::unlinkat(parent->fd, name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
+      return err;
+    }
+  }
   try {
-    if (!err) err = lookup_name(fs, parent, name, true, &e);
+    err = lookup_name(fs, parent, name, true, e);
   } catch (const std::exception &ex) {
     spdlog::error("recording new entry {} in {}: {}", name, parent->nodeid, ex.what());
     err = EIO;
   }
-  if (err) {  // leave no half-made entry behind
-    ::unlinkat(parent->fd, name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
-    return (void)fuse_reply_err(req, err);
-  }
-  fuse_reply_entry(req, &e);
+  if (err && !op.txn()) ::unlinkat(parent->fd, name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
+  if (!err) op.set_timeouts(*e);
+  return err;
 }
 
-void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev) {
+void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                     const std::function<int(int, const char *)> &make) {
+  Op op(req);
   InodePtr p = inode_of(req, parent);
-  if (!p) return (void)fuse_reply_err(req, ESTALE);
-  if (::mknodat(p->fd, name, mode, rdev) != 0) return (void)fuse_reply_err(req, errno);
-  finish_new_entry(req, p, name, mode);
+  int err = op.error() ? op.error() : !p ? ESTALE : 0;
+  fuse_entry_param e;
+  if (!err) err = make_entry(req, op, p, name, mode, make, &e);
+  if (err) fuse_reply_err(req, err);
+  else fuse_reply_entry(req, &e);
+}
+
+int errno_of(int rc) { return rc == 0 ? 0 : errno; }
+
+void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev) {
+  reply_new_entry(req, parent, name, mode, [&](int dirfd, const char *n) {
+    return errno_of(::mknodat(dirfd, n, mode, rdev));
+  });
 }
 
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
-  InodePtr p = inode_of(req, parent);
-  if (!p) return (void)fuse_reply_err(req, ESTALE);
-  if (::mkdirat(p->fd, name, mode) != 0) return (void)fuse_reply_err(req, errno);
-  finish_new_entry(req, p, name, S_IFDIR | mode);
+  reply_new_entry(req, parent, name, S_IFDIR | mode, [&](int dirfd, const char *n) {
+    return errno_of(::mkdirat(dirfd, n, mode));
+  });
 }
 
 void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name) {
-  InodePtr p = inode_of(req, parent);
-  if (!p) return (void)fuse_reply_err(req, ESTALE);
-  if (::symlinkat(link, p->fd, name) != 0) return (void)fuse_reply_err(req, errno);
-  finish_new_entry(req, p, name, S_IFLNK | 0777);
+  reply_new_entry(req, parent, name, S_IFLNK | 0777, [&](int dirfd, const char *n) {
+    return errno_of(::symlinkat(link, dirfd, n));
+  });
 }
 
 void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                fuse_file_info *fi) {
-  Fs &fs = fs_of(req);
+  Op op(req);
   InodePtr p = inode_of(req, parent);
-  if (!p) return (void)fuse_reply_err(req, ESTALE);
-  int fd = ::openat(p->fd, name, (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
-  if (fd < 0) return (void)fuse_reply_err(req, errno);
+  int err = op.error() ? op.error() : !p ? ESTALE : 0;
+  int fd = -1;
   fuse_entry_param e;
-  int err = own_new_entry(req, p, name, S_IFREG | mode);
-  try {
-    if (!err) err = lookup_name(fs, p, name, true, &e);
-  } catch (const std::exception &ex) {
-    spdlog::error("recording new file {} in {}: {}", name, parent, ex.what());
-    err = EIO;
-  }
+  if (!err)
+    err = make_entry(req, op, p, name, S_IFREG | mode, [&](int dirfd, const char *n) {
+      fd = ::openat(dirfd, n, (fi->flags | O_CREAT | O_EXCL | O_CLOEXEC) & ~O_NOFOLLOW, mode);
+      return fd < 0 ? errno : 0;
+    }, &e);
   if (err) {
-    ::close(fd);
-    ::unlinkat(p->fd, name, 0);
+    if (fd >= 0) ::close(fd);
     return (void)fuse_reply_err(req, err);
   }
   fi->fh = uint64_t(fd);
-  fi->keep_cache = 1;
+  fi->keep_cache = op.cacheable();
   fi->noflush = 1;
-  if (fi->flags & O_DIRECT) fi->direct_io = 1;
+  fi->direct_io = !op.cacheable() || (fi->flags & O_DIRECT);
   fuse_reply_create(req, &e, fi);
 }
 
 void op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent, const char *newname) {
-  Fs &fs = fs_of(req);
+  Op op(req);
+  Fs &fs = op.fs();
   InodePtr i = inode_of(req, nodeid), p = inode_of(req, newparent);
-  if (!i || !p) return (void)fuse_reply_err(req, ESTALE);
-  if (::linkat(AT_FDCWD, proc_path(i->fd).c_str(), p->fd, newname, AT_SYMLINK_FOLLOW) != 0)
-    return (void)fuse_reply_err(req, errno);
+  int err = op.error() ? op.error() : (!i || !p) ? ESTALE : 0;
+  if (!err) err = op.lock_entry(newparent, newname, true);
+  if (!err) err = op.lock_object(nodeid, LockMode::X);
+  if (!err) {
+    if (op.txn())
+      err = txn_link(fs, *op.txn(), *i, *p, newname);
+    else
+      err = errno_of(::linkat(AT_FDCWD, proc_path(i->fd).c_str(), p->fd, newname,
+                              AT_SYMLINK_FOLLOW));
+  }
   struct stat st;
-  if (int err = stat_fd(i->fd, &st)) return (void)fuse_reply_err(req, err);
+  if (!err) err = stat_fd(i->fd, &st);
+  if (err) return (void)fuse_reply_err(req, err);
   fuse_entry_param e;
   fs.inodes.add_lookup_existing(i);
   fill_entry(fs, *i, st, &e);
+  op.set_timeouts(e);
   fuse_reply_entry(req, &e);
 }
 
@@ -318,12 +413,19 @@ void unrecord_name(Fs &fs, int victim_fd, uint64_t parent, const char *name) {
 }
 
 void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, int flags) {
-  Fs &fs = fs_of(req);
+  Op op(req);
+  Fs &fs = op.fs();
   InodePtr p = inode_of(req, parent);
-  if (!p) return (void)fuse_reply_err(req, ESTALE);
+  int err = op.error() ? op.error() : !p ? ESTALE : op.lock_entry(parent, name, true);
+  struct stat vst;
+  if (!err) err = ::fstatat(p->fd, name, &vst, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : errno;
+  if (!err) err = op.lock_object(fs.nodeid_of(vst.st_ino), LockMode::X);
+  if (err) return (void)fuse_reply_err(req, err);
+  if (Txn *t = op.txn())
+    return (void)fuse_reply_err(req, txn_remove(fs, *t, *p, name, flags & AT_REMOVEDIR));
   int victim = ::openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (victim < 0) return (void)fuse_reply_err(req, errno);
-  int err = ::unlinkat(p->fd, name, flags) == 0 ? 0 : errno;
+  err = ::unlinkat(p->fd, name, flags) == 0 ? 0 : errno;
   try {
     if (!err) unrecord_name(fs, victim, parent, name);
   } catch (const std::exception &ex) {
@@ -341,29 +443,54 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
   remove_entry(req, parent, name, AT_REMOVEDIR);
 }
 
+// Keeps the recorded name of `nodeid` so that an abort can put it back.
+void remember_row_name(Fs &fs, Txn &t, uint64_t nodeid) {
+  auto row = fs.db->handle(nodeid);
+  if (!row) return;
+  std::lock_guard g(t.mu);
+  t.row_names.push_back({nodeid, row->parent, row->name});
+}
+
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                const char *newname, unsigned int flags) {
-  Fs &fs = fs_of(req);
+  Op op(req);
+  Fs &fs = op.fs();
   InodePtr p = inode_of(req, parent), np = inode_of(req, newparent);
-  if (!p || !np) return (void)fuse_reply_err(req, ESTALE);
+  int err = op.error() ? op.error() : (!p || !np) ? ESTALE : 0;
+  if (!err) err = op.lock_entry(parent, name, true);
+  if (!err) err = op.lock_entry(newparent, newname, true);
+  if (err) return (void)fuse_reply_err(req, err);
   int src = ::openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (src < 0) return (void)fuse_reply_err(req, errno);
   int dst = ::openat(np->fd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   struct stat sst, dst_st;
   bool same = false;
-  if (dst >= 0 && stat_fd(src, &sst) == 0 && stat_fd(dst, &dst_st) == 0)
+  if (stat_fd(src, &sst) == 0) err = op.lock_object(fs.nodeid_of(sst.st_ino), LockMode::X);
+  if (!err && dst >= 0 && stat_fd(dst, &dst_st) == 0) {
     same = sst.st_ino == dst_st.st_ino;  // hard links of one object: rename does nothing
-  int err = ::renameat2(p->fd, name, np->fd, newname, flags) == 0 ? 0 : errno;
+    err = op.lock_object(fs.nodeid_of(dst_st.st_ino), LockMode::X);
+  }
+  if (!err) {
+    if (op.txn())
+      err = txn_rename(fs, *op.txn(), *p, name, *np, newname, flags);
+    else
+      err = ::renameat2(p->fd, name, np->fd, newname, flags) == 0 ? 0 : errno;
+  }
   try {
     if (!err && !same && stat_fd(src, &sst) == 0) {
       fs.db->transaction([&] {
         uint64_t src_id = fs.nodeid_of(sst.st_ino);
+        Txn *t = op.txn();
         if (flags & RENAME_EXCHANGE) {
-          if (dst >= 0 && stat_fd(dst, &dst_st) == 0)
-            fs.db->set_handle_name(fs.nodeid_of(dst_st.st_ino), parent, name);
-        } else if (dst >= 0) {
-          unrecord_name(fs, dst, newparent, newname);
+          if (dst >= 0 && stat_fd(dst, &dst_st) == 0) {
+            uint64_t dst_id = fs.nodeid_of(dst_st.st_ino);
+            if (t) remember_row_name(fs, *t, dst_id);
+            fs.db->set_handle_name(dst_id, parent, name);
+          }
+        } else if (dst >= 0 && !t) {
+          unrecord_name(fs, dst, newparent, newname);  // (a transaction keeps it stashed)
         }
+        if (t) remember_row_name(fs, *t, src_id);
         fs.db->set_handle_name(src_id, newparent, newname);
       });
     }

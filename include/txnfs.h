@@ -1,0 +1,75 @@
+/* txnfs.h — transactions on a txnfs mount, for local programs.
+ *
+ * A transaction groups file-system calls on one txnfs mount so that all of them take
+ * effect or none do. It is bound to the thread that begins it, or with
+ * TXNFS_BIND_PROCESS to a whole process and every process it starts afterwards:
+ * every request such a thread makes on the mount belongs to the transaction.
+ *
+ * All functions return 0 on success or a negative errno:
+ *   -ENOTTY   MOUNT is not a txnfs mount        -EBUSY   caller already in a transaction
+ *   -ENOENT   no such (open) transaction         -EPERM   not the owner (uid) nor root
+ *   -EDEADLK  the transaction lost a deadlock or lock wait and can only abort
+ *   -EIO      commit failed; the transaction was rolled back
+ * A transaction whose owning process exits before it commits is aborted.
+ */
+#ifndef TXNFS_H
+#define TXNFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint64_t txnfs_id_t;
+
+enum txnfs_flags {
+  TXNFS_BIND_THREAD = 0,  /* the calling thread (default) */
+  TXNFS_BIND_PROCESS = 1, /* a process (pid, or the caller's) and its descendants */
+};
+
+enum txnfs_state {
+  TXNFS_ACTIVE = 1,
+  TXNFS_ABORT_ONLY = 2, /* an operation failed in a way that allows only abort */
+  TXNFS_COMMITTING = 3,
+  TXNFS_COMMITTED = 4,
+  TXNFS_ABORTED = 5,
+};
+
+struct txnfs_info {
+  txnfs_id_t id;
+  uint32_t state;        /* enum txnfs_state */
+  uint32_t owner_uid;
+  int32_t pid;           /* bound thread or process */
+  uint32_t flags;        /* enum txnfs_flags */
+  uint64_t ops;          /* operations performed in the transaction */
+  uint64_t backup_bytes; /* bytes of data backed up for undo */
+  uint64_t age_ms;
+  int32_t error;         /* errno that made it abort-only, else 0 */
+  uint32_t reserved;
+};
+
+/* Begins a transaction on the mount that contains MOUNT_PATH. With
+ * TXNFS_BIND_PROCESS, PID names the process to bind (0: the caller's process). */
+int txnfs_begin(const char *mount_path, unsigned flags, pid_t pid, txnfs_id_t *id);
+int txnfs_commit(const char *mount_path, txnfs_id_t id);
+int txnfs_abort(const char *mount_path, txnfs_id_t id);
+int txnfs_info(const char *mount_path, txnfs_id_t id, struct txnfs_info *info);
+
+/* A buffer of this size always holds the status text and its NUL. */
+#define TXNFS_STATUS_JSON_MAX 8192
+
+/* Copies the status of the whole mount (open transactions and counters) as JSON text,
+ * NUL-terminated, into BUF of LEN bytes. Returns 0, or 1 if the daemon had to shorten
+ * the text to fit the control channel, or a negative errno (-ERANGE: LEN too small).
+ * Shape: {"transactions":[{"id":1,"state":"active","uid":0,"pid":123,"flags":1,
+ *   "age_ms":5,"ops":3,"backup_bytes":4096,"locks_held":2,"locks_waiting":0,"error":0}],
+ *  "counters":{"commits":0,"aborts":0,"deadlocks":0,"timeouts":0,"recoveries":0}} */
+int txnfs_status_json(const char *mount_path, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

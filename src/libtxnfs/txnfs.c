@@ -1,0 +1,94 @@
+/* libtxnfs — the client side of txnfs transactions (include/txnfs.h).
+ *
+ * Every call opens the given path on the mount, issues one ioctl of the control channel
+ * (src/txnfuse/ioctl_abi.h) on that fd, closes it, and returns 0 or a negative errno.
+ * The kernel forwards the ioctl to the daemon with the calling thread's id, uid and pid,
+ * which is what binds a transaction to the thread (or process) that begins it. */
+#include "txnfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "ioctl_abi.h"
+
+/* ENOTTY, EINVAL and ENOSYS are what a file system answers to an ioctl it does not
+ * know: the path is not on a txnfs mount (or its daemon has no control channel). */
+static int map_ioctl_errno(int err) {
+  if (err == ENOTTY || err == EINVAL || err == ENOSYS) return -ENOTTY;
+  return -err;
+}
+
+/* Opens PATH, issues REQ with ARG, closes; 0 or -errno. O_NONBLOCK|O_NOCTTY so that a
+ * FIFO or device inside the mount cannot hang or capture the caller. */
+static int control(const char *path, unsigned long req, void *arg) {
+  if (path == NULL || *path == '\0') return -EINVAL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return -errno;
+  int rc = 0;
+  while (ioctl(fd, req, arg) < 0) {
+    if (errno == EINTR) continue;
+    rc = map_ioctl_errno(errno);
+    break;
+  }
+  close(fd); /* a close error on a read-only fd changes nothing */
+  return rc;
+}
+
+int txnfs_begin(const char *mount_path, unsigned flags, pid_t pid, txnfs_id_t *id) {
+  if (id == NULL) return -EINVAL;
+  if (flags != TXNFS_BIND_THREAD && flags != TXNFS_BIND_PROCESS) return -EINVAL;
+  if (pid < 0 || (flags == TXNFS_BIND_THREAD && pid != 0)) return -EINVAL;
+  struct txnfs_ioc_begin arg;
+  memset(&arg, 0, sizeof arg);
+  arg.flags = flags;
+  arg.pid = (int32_t)pid;
+  int rc = control(mount_path, TXNFS_IOC_BEGIN, &arg);
+  if (rc == 0) *id = arg.id;
+  return rc;
+}
+
+int txnfs_commit(const char *mount_path, txnfs_id_t id) {
+  struct txnfs_ioc_id arg = {.id = id};
+  return control(mount_path, TXNFS_IOC_COMMIT, &arg);
+}
+
+int txnfs_abort(const char *mount_path, txnfs_id_t id) {
+  struct txnfs_ioc_id arg = {.id = id};
+  return control(mount_path, TXNFS_IOC_ABORT, &arg);
+}
+
+int txnfs_info(const char *mount_path, txnfs_id_t id, struct txnfs_info *info) {
+  if (info == NULL) return -EINVAL;
+  struct txnfs_info arg;
+  memset(&arg, 0, sizeof arg);
+  arg.id = id;
+  int rc = control(mount_path, TXNFS_IOC_INFO, &arg);
+  if (rc == 0) *info = arg;
+  return rc;
+}
+
+int txnfs_status_json(const char *mount_path, char *buf, size_t len) {
+  if (buf == NULL || len == 0) return -EINVAL;
+  /* 8 KiB: on the heap rather than on the caller's (possibly small) thread stack */
+  struct txnfs_ioc_status *arg = calloc(1, sizeof *arg);
+  if (arg == NULL) return -ENOMEM;
+  int rc = control(mount_path, TXNFS_IOC_STATUS, arg);
+  if (rc == 0) {
+    size_t n = arg->len;
+    if (n > sizeof arg->json) n = sizeof arg->json; /* never trust a length from outside */
+    n = strnlen(arg->json, n);                      /* and stop at an embedded NUL */
+    if (n + 1 > len) {
+      rc = -ERANGE;
+    } else {
+      memcpy(buf, arg->json, n);
+      buf[n] = '\0';
+      rc = arg->truncated ? 1 : 0;
+    }
+  }
+  free(arg);
+  return rc;
+}

@@ -1,0 +1,33 @@
+// The control channel between libtxnfs and the daemon: ioctls on the mount's root
+// directory (any fd of it). FUSE forwards them with the caller's thread id, uid and
+// pid, which is what binds a transaction to its thread. Fixed-size, little-endian.
+#pragma once
+#include <linux/ioctl.h>
+#include <stdint.h>
+
+#include "txnfs.h"
+
+#define TXNFS_IOC_MAGIC 0xB7
+
+struct txnfs_ioc_begin {
+  uint32_t flags;   // in: enum txnfs_flags
+  int32_t pid;      // in: process to bind with TXNFS_BIND_PROCESS (0: caller's)
+  uint64_t id;      // out
+};
+
+struct txnfs_ioc_id {
+  uint64_t id;
+};
+
+// Status of the whole mount, as JSON text (truncated to fit; `truncated` set then).
+struct txnfs_ioc_status {
+  uint32_t len;
+  uint32_t truncated;
+  char json[8184];
+};
+
+#define TXNFS_IOC_BEGIN _IOWR(TXNFS_IOC_MAGIC, 1, struct txnfs_ioc_begin)
+#define TXNFS_IOC_COMMIT _IOW(TXNFS_IOC_MAGIC, 2, struct txnfs_ioc_id)
+#define TXNFS_IOC_ABORT _IOW(TXNFS_IOC_MAGIC, 3, struct txnfs_ioc_id)
+#define TXNFS_IOC_INFO _IOWR(TXNFS_IOC_MAGIC, 4, struct txnfs_info)
+#define TXNFS_IOC_STATUS _IOR(TXNFS_IOC_MAGIC, 5, struct txnfs_ioc_status)

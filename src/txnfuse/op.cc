@@ -1,0 +1,58 @@
+#include "op.h"
+
+#include <atomic>
+
+namespace txnfs {
+
+namespace {
+std::atomic<uint64_t> next_plain_id{uint64_t(1) << 62};
+}
+
+Op::Op(fuse_req_t req) : fs_(fs_of(req)) {
+  TxnManager &tm = *fs_.txns;
+  if (!tm.any_open()) {
+    // Fast path. begin() waits for these to drain before its transaction acts.
+    fs_.unlocked_inflight.fetch_add(1, std::memory_order_seq_cst);
+    if (!tm.any_open()) {
+      lockless_ = true;
+      return;
+    }
+    fs_.unlocked_inflight.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  txn_ = tm.bound(fuse_req_ctx(req)->pid);
+  if (txn_) {
+    err_ = tm.enter(*txn_);
+    entered_ = err_ == 0;
+  } else {
+    plain_ = std::make_unique<LockOwner>(next_plain_id++);
+  }
+}
+
+Op::~Op() {
+  if (lockless_) fs_.unlocked_inflight.fetch_sub(1, std::memory_order_seq_cst);
+  if (plain_) fs_.locks.release_all(*plain_);
+  if (entered_) fs_.txns->leave(*txn_);
+}
+
+int Op::lock(const LockKey &key, LockMode mode) {
+  if (lockless_) return 0;
+  LockOwner &owner = txn_ ? static_cast<LockOwner &>(*txn_) : *plain_;
+  int err = fs_.locks.acquire(owner, key, mode, fs_.txns->limits.lock_timeout);
+  if (err && txn_) txn_->doom(err);
+  return err;
+}
+
+int Op::lock_entry(uint64_t dir, const char *name, bool write) {
+  if (int err = lock(LockKey::object(dir), write ? LockMode::IX : LockMode::IS)) return err;
+  return lock(LockKey::entry(dir, name), write ? LockMode::X : LockMode::S);
+}
+
+void Op::set_timeouts(fuse_entry_param &e) const {
+  if (e.ino) adjust(e.attr);
+  e.attr_timeout = attr_timeout();
+  e.entry_timeout = cacheable() ? fs_.opts.entry_timeout : 0;
+}
+
+double Op::attr_timeout() const { return cacheable() ? fs_.opts.attr_timeout : 0; }
+
+}  // namespace txnfs

@@ -1,0 +1,84 @@
+#include "pending.h"
+
+#include <fcntl.h>
+
+namespace txnfs {
+
+void PendingEntries::record(uint64_t txid, uint64_t dir, const std::string &name,
+                            EntryBefore before) {
+  std::lock_guard g(mu_);
+  auto [it, inserted] = dirs_[dir].try_emplace(name, txid, std::move(before));
+  if (inserted) by_txn_[txid].push_back({dir, name});
+}
+
+void PendingEntries::forget(uint64_t txid) {
+  std::lock_guard g(mu_);
+  std::erase_if(objects_, [&](auto &kv) { return kv.second.first == txid; });
+  auto t = by_txn_.find(txid);
+  if (t == by_txn_.end()) return;
+  for (auto &[dir, name] : t->second) {
+    auto d = dirs_.find(dir);
+    if (d == dirs_.end()) continue;
+    d->second.erase(name);
+    if (d->second.empty()) dirs_.erase(d);
+  }
+  by_txn_.erase(t);
+}
+
+std::optional<EntryBefore> PendingEntries::before(uint64_t dir, const std::string &name) {
+  std::lock_guard g(mu_);
+  auto d = dirs_.find(dir);
+  if (d == dirs_.end()) return std::nullopt;
+  auto e = d->second.find(name);
+  if (e == d->second.end()) return std::nullopt;
+  return e->second.second;
+}
+
+std::map<std::string, EntryBefore> PendingEntries::in_dir(uint64_t dir) {
+  std::lock_guard g(mu_);
+  std::map<std::string, EntryBefore> out;
+  auto d = dirs_.find(dir);
+  if (d != dirs_.end())
+    for (auto &[name, v] : d->second) out.emplace(name, v.second);
+  return out;
+}
+
+bool PendingEntries::empty() {
+  std::lock_guard g(mu_);
+  return dirs_.empty();
+}
+
+}  // namespace txnfs
+
+namespace txnfs {
+
+void PendingEntries::note_attrs(uint64_t txid, uint64_t nodeid, const struct stat &st, int log_fd) {
+  std::lock_guard g(mu_);
+  ObjectBefore b;
+  b.st = st;
+  b.log_fd = log_fd;
+  objects_.try_emplace(nodeid, txid, std::move(b));
+}
+
+void PendingEntries::note_range(uint64_t nodeid, uint64_t off, uint64_t end, std::string obj) {
+  std::lock_guard g(mu_);
+  auto it = objects_.find(nodeid);
+  if (it != objects_.end()) it->second.second.ranges[off] = {end, std::move(obj)};
+}
+
+void PendingEntries::note_xattrs(uint64_t nodeid, std::string obj) {
+  std::lock_guard g(mu_);
+  auto it = objects_.find(nodeid);
+  if (it != objects_.end()) it->second.second.xattrs = std::move(obj);
+}
+
+std::optional<ObjectBefore> PendingEntries::object(uint64_t nodeid) {
+  std::lock_guard g(mu_);
+  auto it = objects_.find(nodeid);
+  if (it == objects_.end()) return std::nullopt;
+  ObjectBefore b = it->second.second;
+  b.log_fd = ::fcntl(b.log_fd, F_DUPFD_CLOEXEC, 0);  // the log may close once we unlock
+  return b;
+}
+
+}  // namespace txnfs

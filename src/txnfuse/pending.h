@@ -1,0 +1,66 @@
+// PendingEntries — the committed state of directory entries that open transactions
+// have changed, so that plain lookups and listings can show it without waiting.
+//
+// A transaction records an entry's state here (under its X lock on the entry)
+// *before* it changes the entry, and forgets its records only after its commit or
+// rollback is complete. A reader therefore reads the tree first and this registry
+// second: whatever uncommitted change it saw in the tree is overridden here, and a
+// transaction that finished in between left the committed state in the tree.
+#pragma once
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace txnfs {
+
+struct EntryBefore {
+  bool existed = false;
+  uint64_t ino = 0;  // the object it named (when it existed)
+  std::string fh;    // its backing handle
+  mode_t type = 0;
+};
+
+// The committed state of an object an open transaction changed: its attributes
+// before the first change, and where the data and xattrs it overwrote are kept.
+struct ObjectBefore {
+  struct stat st {};
+  int log_fd = -1;                                   // the transaction's log directory
+  std::map<uint64_t, std::pair<uint64_t, std::string>> ranges;  // off -> (end, data object)
+  std::string xattrs;                                // data object with the xattrs, or ""
+};
+
+class PendingEntries {
+ public:
+  // Records the state of (dir, name) before `txid` first changes it; later calls
+  // for the same entry by the same transaction keep the first record.
+  void record(uint64_t txid, uint64_t dir, const std::string &name, EntryBefore before);
+  void forget(uint64_t txid);
+  std::optional<EntryBefore> before(uint64_t dir, const std::string &name);
+  // Every recorded entry of `dir`.
+  std::map<std::string, EntryBefore> in_dir(uint64_t dir);
+  bool empty();
+
+  // Objects (by nodeid). `note_*` are called before the change they describe.
+  void note_attrs(uint64_t txid, uint64_t nodeid, const struct stat &st, int log_fd);
+  void note_range(uint64_t nodeid, uint64_t off, uint64_t end, std::string data_object);
+  void note_xattrs(uint64_t nodeid, std::string data_object);
+  // The committed state of `nodeid` if an open transaction changed it. log_fd in the
+  // copy is dup()ed for the caller, who closes it.
+  std::optional<ObjectBefore> object(uint64_t nodeid);
+
+ private:
+  std::unordered_map<uint64_t, std::pair<uint64_t, ObjectBefore>> objects_;  // nodeid -> (txid, state)
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::map<std::string, std::pair<uint64_t, EntryBefore>>> dirs_;
+  std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, std::string>>> by_txn_;
+};
+
+}  // namespace txnfs

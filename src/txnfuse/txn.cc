@@ -1,0 +1,464 @@
+#include "txn.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "fs.h"
+#include "undo_exec.h"
+
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD O_EXCL
+#endif
+
+namespace txnfs {
+
+namespace {
+
+// Tgid and PPid of a thread or process from /proc; 0 when it is gone.
+std::pair<pid_t, pid_t> tgid_ppid(pid_t tid) {
+  std::ifstream f("/proc/" + std::to_string(tid) + "/status");
+  std::string line;
+  pid_t tgid = 0, ppid = 0;
+  while (std::getline(f, line)) {
+    if (line.rfind("Tgid:", 0) == 0) tgid = pid_t(std::stol(line.substr(5)));
+    else if (line.rfind("PPid:", 0) == 0) ppid = pid_t(std::stol(line.substr(5)));
+  }
+  return {tgid, ppid};
+}
+
+uid_t owner_of_process(pid_t pid) {
+  struct stat st;
+  return ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0 ? st.st_uid : uid_t(-1);
+}
+
+const char *state_name(int s) {
+  switch (s) {
+    case TXNFS_ACTIVE: return "active";
+    case TXNFS_ABORT_ONLY: return "abort-only";
+    case TXNFS_COMMITTING: return "committing";
+    case TXNFS_COMMITTED: return "committed";
+    default: return "aborted";
+  }
+}
+
+}  // namespace
+
+Txn::~Txn() {
+  if (pidfd >= 0) ::close(pidfd);
+}
+
+TxnManager::TxnManager(Fs &fs) : fs_(fs) {}
+
+TxnManager::~TxnManager() { stop(); }
+
+void TxnManager::start() {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  reaper_ = std::thread([this] { reaper_loop(); });
+  cleaner_ = std::thread([this] { cleaner_loop(); });
+}
+
+void TxnManager::stop() {
+  if (stopping_.exchange(true)) return;
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+  }
+  clean_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  if (cleaner_.joinable()) cleaner_.join();
+}
+
+TxnPtr TxnManager::find(uint64_t id) {
+  std::lock_guard g(mu_);
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+TxnPtr TxnManager::bound(pid_t tid) {
+  if (!any_open() || tid <= 0) return nullptr;
+  {
+    std::lock_guard g(mu_);
+    if (auto it = by_thread_.find(tid); it != by_thread_.end()) return it->second;
+    if (by_process_.empty()) return nullptr;
+    if (auto it = proc_cache_.find(tid); it != proc_cache_.end() && it->second.first == epoch_)
+      return it->second.second;
+  }
+  return lookup_process(tid);
+}
+
+// Is `tid` in a bound process or one of its descendants? Reads /proc without
+// holding the manager's mutex, then caches the answer for this epoch.
+TxnPtr TxnManager::lookup_process(pid_t tid) {
+  std::vector<pid_t> chain;
+  auto [tgid, ppid] = tgid_ppid(tid);
+  if (tgid) chain.push_back(tgid);
+  for (int depth = 0; ppid > 1 && depth < 64; depth++) {
+    chain.push_back(ppid);
+    ppid = tgid_ppid(ppid).second;
+  }
+  std::lock_guard g(mu_);
+  TxnPtr t;
+  for (pid_t p : chain)
+    if (auto it = by_process_.find(p); it != by_process_.end()) {
+      t = it->second;
+      break;
+    }
+  if (proc_cache_.size() > 100000) proc_cache_.clear();
+  proc_cache_[tid] = {epoch_, t};
+  return t;
+}
+
+int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, uint64_t *id) {
+  if (flags & ~unsigned(TXNFS_BIND_PROCESS)) return EINVAL;
+  bool process = flags & TXNFS_BIND_PROCESS;
+  if (bound(caller_tid) && !(process && pid != 0)) return EBUSY;
+  pid_t owner = caller_tid;
+  if (process) {
+    owner = pid ? pid : tgid_ppid(caller_tid).first;
+    if (owner <= 0 || ::kill(owner, 0) != 0) return ESRCH;
+    if (uid != 0 && owner_of_process(owner) != uid) return EPERM;
+  }
+  int pidfd = int(::syscall(SYS_pidfd_open, owner, process ? 0 : PIDFD_THREAD));
+  if (pidfd < 0) return errno == EINVAL ? ESRCH : errno;
+  uint64_t txid;
+  try {
+    txid = fs_.db->insert_txn(uid, owner, flags);
+  } catch (const std::exception &e) {
+    ::close(pidfd);
+    spdlog::error("begin: {}", e.what());
+    return EIO;
+  }
+  auto t = std::make_shared<Txn>(txid, uid, owner, flags);
+  t->pidfd = pidfd;
+  {
+    std::lock_guard g(mu_);
+    if ((process ? by_process_.count(owner) : by_thread_.count(owner)) != 0) {
+      ::close(pidfd);
+      fs_.db->delete_txn(txid);
+      return EBUSY;
+    }
+    by_id_[txid] = t;
+    (process ? by_process_ : by_thread_)[owner] = t;
+    if (process) {
+      ++epoch_;
+      proc_cache_.clear();
+    }
+  }
+  open_count_.fetch_add(1, std::memory_order_acq_rel);
+  // Requests that started without locks while no transaction was open must finish
+  // before this transaction can change anything they touch.
+  while (fs_.unlocked_inflight.load(std::memory_order_acquire) > 0) ::usleep(50);
+  uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+  *id = txid;
+  return 0;
+}
+
+int TxnManager::enter(Txn &t) {
+  std::lock_guard g(t.mu);
+  int s = t.state.load();
+  if (s == TXNFS_ABORT_ONLY) return t.error ? int(t.error) : EDEADLK;
+  if (s != TXNFS_ACTIVE) return ENOENT;  // being committed or aborted
+  if (t.ops >= limits.max_ops) {
+    spdlog::warn("transaction {} exceeded {} operations; it can only abort", t.id(),
+                 limits.max_ops);
+    t.doom(EDQUOT);
+    return EDQUOT;
+  }
+  if (t.log && t.log->backup_bytes() > limits.max_backup_bytes) {
+    spdlog::warn("transaction {} exceeded {} backup bytes; it can only abort", t.id(),
+                 limits.max_backup_bytes);
+    t.doom(EDQUOT);
+    return EDQUOT;
+  }
+  t.ops++;
+  t.inflight++;
+  return 0;
+}
+
+void TxnManager::leave(Txn &t) {
+  std::lock_guard g(t.mu);
+  if (--t.inflight == 0) t.idle.notify_all();
+}
+
+int TxnManager::commit(uid_t uid, uint64_t id) {
+  TxnPtr t = find(id);
+  if (!t) return ENOENT;
+  if (uid != 0 && uid != t->uid) return EPERM;
+  int expected = TXNFS_ACTIVE;
+  if (!t->state.compare_exchange_strong(expected, TXNFS_COMMITTING)) {
+    if (expected != TXNFS_ABORT_ONLY) return ENOENT;  // already finishing
+    return t->error ? int(t->error) : EDEADLK;  // it stays open; only abort ends it
+  }
+  return finish(t, true);
+}
+
+int TxnManager::abort(uid_t uid, uint64_t id) {
+  TxnPtr t = find(id);
+  if (!t) return ENOENT;
+  if (uid != 0 && uid != t->uid) return EPERM;
+  int s = t->state.load();
+  while (s == TXNFS_ACTIVE || s == TXNFS_ABORT_ONLY) {
+    if (t->state.compare_exchange_weak(s, TXNFS_ABORTED)) return finish(t, false);
+  }
+  return ENOENT;
+}
+
+int TxnManager::info(uid_t uid, uint64_t id, struct txnfs_info *out) {
+  TxnPtr t = find(id);
+  if (!t) return ENOENT;
+  if (uid != 0 && uid != t->uid) return EPERM;
+  *out = (struct txnfs_info){};
+  out->id = id;
+  out->state = uint32_t(t->state.load());
+  out->owner_uid = t->uid;
+  out->pid = t->pid;
+  out->flags = t->flags;
+  out->ops = t->ops;
+  {
+    std::lock_guard g(t->mu);
+    out->backup_bytes = t->log ? t->log->backup_bytes() : 0;
+  }
+  out->age_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now() - t->started)
+                             .count());
+  out->error = t->error;
+  return 0;
+}
+
+// syncfs makes every effect and undo record durable, then the commit records are
+// written and the database synced: a commit record is never durable before the
+// effects it vouches for. Everyone queued when a leader starts shares its syncs.
+int TxnManager::durable_commit(Txn &t) {
+  std::unique_lock l(gc_mu_);
+  uint64_t ticket = ++gc_requested_;
+  gc_queue_.push_back(&t);
+  while (gc_done_ < ticket) {
+    if (gc_leader_) {
+      gc_cv_.wait(l);
+      continue;
+    }
+    gc_leader_ = true;
+    std::vector<Txn *> batch;
+    batch.swap(gc_queue_);
+    uint64_t upto = gc_requested_;
+    l.unlock();
+    int err = ::syncfs(fs_.tree_fd) == 0 ? 0 : errno;
+    if (!err) {
+      try {
+        fs_.db->transaction([&] {
+          for (Txn *b : batch) fs_.db->set_txn_state(b->id(), "committed");
+        });
+        fs_.db->sync();
+      } catch (const std::exception &e) {
+        spdlog::error("writing commit records: {}", e.what());
+        err = EIO;
+      }
+    }
+    l.lock();
+    for (Txn *b : batch) b->commit_error = err;
+    gc_done_ = upto;
+    gc_leader_ = false;
+    gc_cv_.notify_all();
+  }
+  return t.commit_error;
+}
+
+// Ends `t`: makes a commit durable, or rolls back; then releases its locks, drops
+// what the kernel cached about its changes, and unbinds it.
+int TxnManager::finish(TxnPtr t, bool commit) {
+  {
+    std::unique_lock g(t->mu);
+    t->idle.wait(g, [&] { return t->inflight == 0; });
+  }
+  int err = 0;
+  if (commit) {
+    err = t->log ? durable_commit(*t) : 0;
+    if (err) {
+      spdlog::error("transaction {}: commit failed ({}); rolling back", t->id(),
+                    std::strerror(err));
+      commit = false;
+      err = EIO;
+    }
+  }
+  if (commit) {
+    t->state = TXNFS_COMMITTED;
+    // Rows of objects whose last name the transaction removed go with it.
+    try {
+      for (auto &[nodeid, u] : t->unlinked) {
+        struct stat st;
+        if (::fstatat(t->log->dir_fd(), u.stash.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (st.st_nlink <= 1 || S_ISDIR(st.st_mode))
+          fs_.db->remove_handle(nodeid);
+        else
+          fs_.db->clear_handle_name(u.parent, u.name);
+      }
+    } catch (const std::exception &e) {
+      spdlog::error("transaction {}: updating handle rows: {}", t->id(), e.what());
+    }
+    if (t->log) {
+      std::lock_guard g(clean_mu_);
+      to_discard_.push_back(t->id());
+    } else {
+      fs_.db->delete_txn(t->id());
+    }
+    clean_cv_.notify_one();
+    commits_++;
+  } else {
+    t->state = TXNFS_ABORTED;
+    try {
+      if (t->log) {
+        UndoContext ctx{fs_.tree_fd, fs_.backups_fd, {}};
+        UndoResult r = undo_transaction(ctx, t->id());
+        for (auto &p : r.problems) spdlog::error("abort of {}: {}", t->id(), p);
+        for (auto &obj : r.removed) fs_.db->remove_handle(fs_.nodeid_of(obj.ino));
+        for (auto &obj : r.touched) fs_.inval.inode(fs_.nodeid_of(obj.ino));
+      }
+      for (auto it = t->row_names.rbegin(); it != t->row_names.rend(); ++it)
+        fs_.db->set_handle_name(it->nodeid, it->parent, it->name);
+      fs_.db->delete_txn(t->id());
+    } catch (const std::exception &e) {
+      // The log stays; the next mount's recovery finishes the rollback.
+      spdlog::error("abort of transaction {} failed: {}", t->id(), e.what());
+      err = EIO;
+    }
+    aborts_++;
+  }
+  fs_.pending.forget(t->id());
+  fs_.locks.release_all(*t);
+  {
+    std::lock_guard g(t->mu);
+    for (auto &[nodeid, o] : t->objects) fs_.inval.inode(nodeid);
+    for (auto &[dir, name] : t->entries) {
+      fs_.inval.entry(dir, name);
+      fs_.inval.inode(dir);  // also drops the kernel's cached listing of dir
+    }
+  }
+  unbind(*t);
+  return err;
+}
+
+void TxnManager::unbind(Txn &t) {
+  {
+    std::lock_guard g(mu_);
+    by_id_.erase(t.id());
+    auto &m = t.process_bound() ? by_process_ : by_thread_;
+    if (auto it = m.find(t.pid); it != m.end() && it->second.get() == &t) m.erase(it);
+    if (t.process_bound()) {
+      ++epoch_;
+      proc_cache_.clear();
+    }
+  }
+  open_count_.fetch_sub(1, std::memory_order_acq_rel);
+  uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+}
+
+// Aborts transactions whose owner (thread or process) has exited.
+void TxnManager::reaper_loop() {
+  while (!stopping_) {
+    std::vector<pollfd> fds{{wake_fd_, POLLIN, 0}};
+    std::vector<TxnPtr> owners;
+    {
+      std::lock_guard g(mu_);
+      for (auto &[id, t] : by_id_) {
+        fds.push_back({t->pidfd, POLLIN, 0});
+        owners.push_back(t);
+      }
+    }
+    if (::poll(fds.data(), fds.size(), 1000) <= 0) continue;
+    if (fds[0].revents) {
+      uint64_t v;
+      [[maybe_unused]] auto n = ::read(wake_fd_, &v, sizeof v);
+    }
+    for (size_t k = 1; k < fds.size(); k++) {
+      if (!fds[k].revents) continue;
+      TxnPtr t = owners[k - 1];
+      if (abort(0, t->id()) == 0) {  // (ENOENT: it had finished already)
+        spdlog::info("owner {} of transaction {} exited; aborted it", t->pid, t->id());
+        owner_exits_++;
+      }
+    }
+  }
+}
+
+// Discards the logs of committed transactions, then (after a syncfs makes the
+// removals durable) deletes their records: a record must never vanish before its log.
+void TxnManager::cleaner_loop() {
+  std::unique_lock g(clean_mu_);
+  while (true) {
+    clean_cv_.wait(g, [&] { return stopping_ || !to_discard_.empty(); });
+    if (to_discard_.empty() && stopping_) return;
+    std::deque<uint64_t> batch;
+    batch.swap(to_discard_);
+    g.unlock();
+    UndoContext ctx{fs_.tree_fd, fs_.backups_fd, {}};
+    for (uint64_t id : batch) {
+      try {
+        discard_log(ctx, id);
+      } catch (const std::exception &e) {
+        spdlog::error("discarding log of transaction {}: {}", id, e.what());
+      }
+    }
+    if (::syncfs(fs_.tree_fd) == 0) {
+      try {
+        fs_.db->transaction([&] {
+          for (uint64_t id : batch) fs_.db->delete_txn(id);
+        });
+      } catch (const std::exception &e) {
+        spdlog::error("deleting transaction records: {}", e.what());
+      }
+    }
+    g.lock();
+  }
+}
+
+std::string TxnManager::status_json() {
+  nlohmann::json txns = nlohmann::json::array();
+  std::vector<TxnPtr> all;
+  {
+    std::lock_guard g(mu_);
+    for (auto &[id, t] : by_id_) all.push_back(t);
+  }
+  for (auto &t : all) {
+    struct txnfs_info i;
+    if (info(0, t->id(), &i) != 0) continue;
+    auto [held, waiting] = fs_.locks.counts(*t);
+    txns.push_back({{"id", i.id},
+                    {"state", state_name(int(i.state))},
+                    {"uid", i.owner_uid},
+                    {"pid", i.pid},
+                    {"flags", i.flags},
+                    {"age_ms", i.age_ms},
+                    {"ops", i.ops},
+                    {"backup_bytes", i.backup_bytes},
+                    {"locks_held", held},
+                    {"locks_waiting", waiting},
+                    {"error", i.error}});
+  }
+  nlohmann::json j = {{"transactions", txns},
+                      {"counters",
+                       {{"commits", commits_.load()},
+                        {"aborts", aborts_.load()},
+                        {"owner_exits", owner_exits_.load()},
+                        {"deadlocks", fs_.locks.deadlocks()},
+                        {"timeouts", fs_.locks.timeouts()},
+                        {"recoveries", fs_.recoveries}}}};
+  return j.dump();
+}
+
+}  // namespace txnfs

@@ -1,0 +1,176 @@
+// Transactions: their state, what they have touched, and the manager that begins,
+// binds, commits and aborts them.
+//
+// Binding: a transaction belongs to one thread, or to a process and all processes
+// it starts. Every FUSE request carries the caller's thread id; bound() maps it to
+// the open transaction it belongs to, or to none (a plain request).
+//
+// Commit (see docs/crash-model.md): wait for the transaction's in-flight requests;
+// syncfs the store (every effect and every undo record durable); write the commit
+// record; fdatasync the database. Concurrent commits share the syncs (group
+// commit). Then locks are released and the undo log is discarded in the background.
+// Abort: run the undo executor on the log (the same code as crash recovery).
+#pragma once
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "interval_set.h"
+#include "lock_manager.h"
+#include "txnfs.h"
+#include "undo_log.h"
+
+namespace txnfs {
+
+struct Fs;
+
+struct TxnLimits {
+  uint64_t max_ops = 1'000'000;
+  uint64_t max_backup_bytes = uint64_t(64) << 30;
+  std::chrono::milliseconds lock_timeout{10'000};
+};
+
+// What a transaction did to one object; guarded by Txn::mu.
+struct TouchedObject {
+  bool created = false;       // made by this transaction: nothing to back up
+  bool attrs_saved = false;   // an Attrs step records its state before the first change
+  bool xattrs_saved = false;  // an Xattrs step holds its xattrs before the first change
+  struct stat orig{};         // attributes before the first change
+  IntervalSet backed_up;      // ranges already saved by Data steps
+  uint32_t stashed = 0;       // names removed by this transaction whose object the
+                              // log keeps (each still counts in the backing st_nlink)
+};
+
+struct Txn : LockOwner {
+  Txn(uint64_t id, uid_t uid, pid_t pid, unsigned flags)
+      : LockOwner(id), uid(uid), pid(pid), flags(flags),
+        started(std::chrono::steady_clock::now()) {}
+
+  const uid_t uid;
+  const pid_t pid;         // bound thread id, or process id with TXNFS_BIND_PROCESS
+  const unsigned flags;
+  const std::chrono::steady_clock::time_point started;
+  ~Txn();
+  std::atomic<int> state{TXNFS_ACTIVE};
+  std::atomic<int> error{0};  // errno that made it abort-only
+  std::atomic<uint64_t> ops{0};
+
+  std::mutex mu;  // guards everything below
+  std::unique_ptr<UndoLog> log;  // created at the first change
+  std::unordered_map<uint64_t, TouchedObject> objects;  // by nodeid
+  std::set<std::pair<uint64_t, std::string>> entries;   // changed (dir nodeid, name)
+  struct Unlinked {
+    std::string stash;  // name of the stashed object in the log directory
+    uint64_t parent;
+    std::string name;
+  };
+  std::map<uint64_t, Unlinked> unlinked;  // by nodeid: names removed by the transaction
+  struct RowName {
+    uint64_t nodeid;
+    std::optional<uint64_t> parent;
+    std::string name;
+  };
+  std::vector<RowName> row_names;  // handle-row names before renames, for abort
+  int pidfd = -1;               // the owner, watched by the reaper
+  int commit_error = 0;         // set by the group-commit leader
+  int inflight = 0;             // requests of this transaction being served
+  std::condition_variable idle;
+
+  uint64_t id() const { return LockOwner::id(); }
+  // Corrects attributes this transaction reads for what its own log hides.
+  void adjust(struct stat &st, uint64_t nodeid) {
+    std::lock_guard g(mu);
+    auto it = objects.find(nodeid);
+    if (it != objects.end() && it->second.stashed) st.st_nlink -= it->second.stashed;
+  }
+  bool process_bound() const { return flags & TXNFS_BIND_PROCESS; }
+  // Makes the transaction abort-only; later requests fail with `err`.
+  void doom(int err) {
+    int expected = TXNFS_ACTIVE;
+    if (state.compare_exchange_strong(expected, TXNFS_ABORT_ONLY)) error = err;
+  }
+};
+
+using TxnPtr = std::shared_ptr<Txn>;
+
+class TxnManager {
+ public:
+  explicit TxnManager(Fs &fs);
+  ~TxnManager();
+  // Starts the background threads (owner reaper, log cleaner). Call after fork.
+  void start();
+  void stop();
+
+  TxnLimits limits;
+
+  // The open transaction a request from thread `tid` belongs to, or null. Cheap when
+  // no transaction is open.
+  TxnPtr bound(pid_t tid);
+  bool any_open() const { return open_count_.load(std::memory_order_acquire) > 0; }
+
+  int begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, uint64_t *id);
+  int commit(uid_t uid, uint64_t id);
+  int abort(uid_t uid, uint64_t id);
+  int info(uid_t uid, uint64_t id, struct txnfs_info *out);
+  std::string status_json();
+
+  // Request accounting: a request of `t` starts/ends. enter() fails with the error
+  // that ended the transaction's usefulness (EDEADLK for abort-only, ENOENT once
+  // committing/aborting, EFBIG/ENOSPC-like for limits).
+  int enter(Txn &t);
+  void leave(Txn &t);
+
+  uint64_t commits() const { return commits_; }
+
+ private:
+  TxnPtr find(uint64_t id);
+  int finish(TxnPtr t, bool commit);
+  int durable_commit(Txn &t);
+  void unbind(Txn &t);
+  void reaper_loop();
+  void cleaner_loop();
+  TxnPtr lookup_process(pid_t tid);
+
+  Fs &fs_;
+  std::mutex mu_;  // guards the maps
+  std::unordered_map<uint64_t, TxnPtr> by_id_;
+  std::unordered_map<pid_t, TxnPtr> by_thread_;   // thread-bound
+  std::unordered_map<pid_t, TxnPtr> by_process_;  // process-bound, by pid
+  std::unordered_map<pid_t, std::pair<uint64_t, TxnPtr>> proc_cache_;  // tid -> (epoch, txn)
+  uint64_t epoch_ = 0;  // bumps when the set of process-bound transactions changes
+  std::atomic<int> open_count_{0};
+
+  // Group commit: a leader syncs for everyone who arrived before it started.
+  std::mutex gc_mu_;
+  std::condition_variable gc_cv_;
+  std::vector<Txn *> gc_queue_;
+  uint64_t gc_requested_ = 0, gc_done_ = 0;
+  bool gc_leader_ = false;
+  int gc_error_ = 0;
+
+  // Background: owner-exit reaper and log cleaner.
+  std::atomic<bool> stopping_{false};
+  int wake_fd_ = -1;  // eventfd: the set of owners changed
+  std::thread reaper_, cleaner_;
+  std::mutex clean_mu_;
+  std::condition_variable clean_cv_;
+  std::deque<uint64_t> to_discard_;
+
+  std::atomic<uint64_t> commits_{0}, aborts_{0}, owner_exits_{0};
+};
+
+}  // namespace txnfs

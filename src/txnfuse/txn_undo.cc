@@ -1,0 +1,357 @@
+#include "txn_undo.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "backing.h"
+#include "error.h"
+#include "undo_step.h"
+
+namespace txnfs {
+
+namespace {
+
+BackingId id_of(const Inode &i) {
+  BackingId b;
+  b.ino = i.ino;
+  b.generation = i.generation;
+  b.fh = i.fh;
+  return b;
+}
+
+// The transaction's log, created at its first change. Caller holds t.mu.
+UndoLog &log_of(Fs &fs, Txn &t) {
+  if (!t.log) t.log = UndoLog::create(fs.backups_fd, t.id(), fs.reflink);
+  return *t.log;
+}
+
+// Runs `fn` (which records undo steps) and turns failures into an errno, dooming the
+// transaction: with a step missing, the only safe way out is abort.
+template <typename F>
+int recording(Txn &t, const char *what, F &&fn) {
+  try {
+    return fn();
+  } catch (const std::exception &e) {
+    spdlog::error("transaction {}: cannot record undo for {}: {}", t.id(), what, e.what());
+    int err = std::strstr(e.what(), std::strerror(ENOSPC)) ? ENOSPC : EIO;
+    t.doom(err);
+    return err;
+  }
+}
+
+// Attrs step for the object (`fd`, identity `id`) unless it has one or was made by
+// this transaction. Caller holds t.mu.
+void save_attrs_locked(Fs &fs, Txn &t, int fd, const BackingId &id) {
+  TouchedObject &o = t.objects[fs.nodeid_of(id.ino)];
+  if (o.created || o.attrs_saved) return;
+  struct stat st;
+  if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+    throw_errno("stat", errno);
+  UndoStep s;
+  s.kind = StepKind::Attrs;
+  s.obj = id;
+  s.mode = st.st_mode;
+  s.uid = st.st_uid;
+  s.gid = st.st_gid;
+  s.size = uint64_t(st.st_size);
+  s.atime = st.st_atim;
+  s.mtime = st.st_mtim;
+  UndoLog &log = log_of(fs, t);
+  log.append(s);
+  o.orig = st;
+  o.attrs_saved = true;
+  fs.pending.note_attrs(t.id(), fs.nodeid_of(id.ino), st, log.dir_fd());
+}
+
+void save_attrs_locked(Fs &fs, Txn &t, const Inode &obj) {
+  save_attrs_locked(fs, t, obj.fd, id_of(obj));
+}
+
+// Records the committed state of (dir, name) for plain readers (see pending.h),
+// before the transaction's first change to that entry.
+void note_before(Fs &fs, Txn &t, const Inode &dir, const char *name) {
+  EntryBefore b;
+  int fd = ::openat(dir.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    BackingId id = backing_id(fd);
+    struct stat st;
+    ::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+    ::close(fd);
+    b.existed = true;
+    b.ino = id.ino;
+    b.fh = id.fh;
+    b.type = st.st_mode & S_IFMT;
+  }
+  fs.pending.record(t.id(), dir.nodeid, name, std::move(b));
+}
+
+bool dir_is_empty(int dirfd, const char *name) {
+  int fd = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  DIR *d = ::fdopendir(fd);
+  if (!d) {
+    ::close(fd);
+    return false;
+  }
+  bool empty = true;
+  while (dirent *e = ::readdir(d)) {
+    std::string_view n = e->d_name;
+    if (n != "." && n != "..") {
+      empty = false;
+      break;
+    }
+  }
+  ::closedir(d);
+  return empty;
+}
+
+}  // namespace
+
+int save_attrs(Fs &fs, Txn &t, const Inode &obj) {
+  std::lock_guard g(t.mu);
+  return recording(t, "attributes", [&] {
+    save_attrs_locked(fs, t, obj);
+    return 0;
+  });
+}
+
+int save_range(Fs &fs, Txn &t, const Inode &obj, uint64_t off, uint64_t len) {
+  obj.txn_written = true;
+  std::lock_guard g(t.mu);
+  return recording(t, "data", [&] {
+    save_attrs_locked(fs, t, obj);
+    TouchedObject &o = t.objects[obj.nodeid];
+    if (o.created || len == 0) return 0;
+    uint64_t end = std::min(off + len, uint64_t(o.orig.st_size));
+    if (off >= end) return 0;  // only data the file held when the transaction began
+    auto gaps = o.backed_up.missing(off, end);
+    if (gaps.empty()) return 0;
+    int fd = ::open(proc_path(obj.fd).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw_errno("open for backup", errno);
+    try {
+      for (auto [a, b] : gaps) {
+        UndoStep s;
+        s.kind = StepKind::Data;
+        s.obj = id_of(obj);
+        s.off = a;
+        s.len = b - a;
+        uint64_t seq = log_of(fs, t).backup_range(fd, s);
+        if (seq) fs.pending.note_range(obj.nodeid, a, b, step_name(seq) + ".d");
+        o.backed_up.add(a, b);
+      }
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    return 0;
+  });
+}
+
+int save_truncate(Fs &fs, Txn &t, const Inode &obj, uint64_t size) {
+  return save_range(fs, t, obj, size, UINT64_MAX - size);
+}
+
+int save_xattrs(Fs &fs, Txn &t, const Inode &obj) {
+  std::lock_guard g(t.mu);
+  return recording(t, "xattrs", [&] {
+    save_attrs_locked(fs, t, obj);
+    TouchedObject &o = t.objects[obj.nodeid];
+    if (o.created || o.xattrs_saved) return 0;
+    UndoStep s;
+    s.kind = StepKind::Xattrs;
+    s.obj = id_of(obj);
+    uint64_t seq = log_of(fs, t).snapshot_xattrs(obj.fd, s);
+    fs.pending.note_xattrs(obj.nodeid, step_name(seq) + ".d");
+    o.xattrs_saved = true;
+    return 0;
+  });
+}
+
+int txn_make(Fs &fs, Txn &t, const Inode &parent, const char *name, mode_t mode,
+             const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid) {
+  std::lock_guard g(t.mu);
+  return recording(t, "creation", [&]() -> int {
+    save_attrs_locked(fs, t, parent);
+    note_before(fs, t, parent, name);
+    UndoLog &log = log_of(fs, t);
+    uint64_t seq = log.reserve_seq();
+    std::string tmp = step_name(seq) + ".d";
+    if (int err = make(log.dir_fd(), tmp.c_str())) return err;
+    auto discard = [&] { ::unlinkat(log.dir_fd(), tmp.c_str(), S_ISDIR(mode) ? AT_REMOVEDIR : 0); };
+    // Born in the log directory, it gets what the parent would have given it: the
+    // caller's ownership, or the group (and for directories the set-group-ID bit) of
+    // a set-group-ID parent.
+    struct stat pst;
+    if (::fstatat(parent.fd, "", &pst, AT_EMPTY_PATH) != 0) {
+      int err = errno;
+      discard();
+      return err;
+    }
+    bool sgid_parent = pst.st_mode & S_ISGID;
+    if (::fchownat(log.dir_fd(), tmp.c_str(), uid, sgid_parent ? pst.st_gid : gid,
+                   AT_SYMLINK_NOFOLLOW) != 0 ||
+        (!S_ISLNK(mode) &&
+         ::fchmodat(log.dir_fd(), tmp.c_str(),
+                    (mode & 07777) | (sgid_parent && S_ISDIR(mode) ? S_ISGID : 0), 0) != 0)) {
+      int err = errno;
+      discard();
+      return err;
+    }
+    int ofd = ::openat(log.dir_fd(), tmp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (ofd < 0) {
+      int err = errno;
+      discard();
+      return err;
+    }
+    UndoStep s;
+    s.kind = StepKind::Created;
+    s.obj = backing_id(ofd);
+    ::close(ofd);
+    s.dir = id_of(parent);
+    s.name = name;
+    s.flags = S_ISDIR(mode) ? 1 : 0;
+    log.append_reserved(seq, s);
+    if (::renameat2(log.dir_fd(), tmp.c_str(), parent.fd, name, RENAME_NOREPLACE) != 0) {
+      int err = errno;
+      discard();
+      return err;
+    }
+    t.objects[fs.nodeid_of(s.obj.ino)].created = true;
+    t.entries.insert({parent.nodeid, name});
+    return 0;
+  });
+}
+
+int txn_remove(Fs &fs, Txn &t, const Inode &parent, const char *name, bool is_dir) {
+  std::lock_guard g(t.mu);
+  return recording(t, "removal", [&]() -> int {
+    struct stat st;
+    if (::fstatat(parent.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+    if (is_dir && !S_ISDIR(st.st_mode)) return ENOTDIR;
+    if (!is_dir && S_ISDIR(st.st_mode)) return EISDIR;
+    if (is_dir && !dir_is_empty(parent.fd, name)) return ENOTEMPTY;
+    uint64_t nodeid = fs.nodeid_of(st.st_ino);
+    t.entries.insert({parent.nodeid, name});
+    note_before(fs, t, parent, name);
+    auto known = t.objects.find(nodeid);
+    if (known != t.objects.end() && known->second.created) {
+      // Made by this transaction: its Created step already undoes it.
+      if (::unlinkat(parent.fd, name, is_dir ? AT_REMOVEDIR : 0) != 0) return errno;
+      if (is_dir || st.st_nlink <= 1) fs.db->remove_handle(nodeid);
+      return 0;
+    }
+    save_attrs_locked(fs, t, parent);
+    int vfd = ::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (vfd < 0) return errno;
+    UndoStep s;
+    s.kind = StepKind::Removed;
+    s.obj = backing_id(vfd);
+    ::close(vfd);
+    s.dir = id_of(parent);
+    s.name = name;
+    s.flags = is_dir ? 1 : 0;
+    uint64_t seq = 0;
+    if (int err = log_of(fs, t).stash(parent.fd, name, s, &seq)) return err;
+    t.unlinked[nodeid] = {step_name(seq) + ".d", parent.nodeid, name};
+    if (!is_dir) t.objects[nodeid].stashed++;
+    return 0;
+  });
+}
+
+int txn_rename(Fs &fs, Txn &t, const Inode &parent, const char *name, const Inode &newparent,
+               const char *newname, unsigned flags) {
+  std::lock_guard g(t.mu);
+  return recording(t, "rename", [&]() -> int {
+    struct stat sst, dst;
+    if (::fstatat(parent.fd, name, &sst, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+    bool target = ::fstatat(newparent.fd, newname, &dst, AT_SYMLINK_NOFOLLOW) == 0;
+    if (target && sst.st_ino == dst.st_ino) return 0;  // two names of one object
+    if ((flags & RENAME_NOREPLACE) && target) return EEXIST;
+    if ((flags & RENAME_EXCHANGE) && !target) return ENOENT;
+    bool displace = target && !(flags & RENAME_EXCHANGE);
+    if (displace) {
+      if (S_ISDIR(sst.st_mode) && !S_ISDIR(dst.st_mode)) return ENOTDIR;
+      if (!S_ISDIR(sst.st_mode) && S_ISDIR(dst.st_mode)) return EISDIR;
+      if (S_ISDIR(dst.st_mode) && !dir_is_empty(newparent.fd, newname)) return ENOTEMPTY;
+    }
+    save_attrs_locked(fs, t, parent);
+    save_attrs_locked(fs, t, newparent);
+    note_before(fs, t, parent, name);
+    note_before(fs, t, newparent, newname);
+    int sfd = ::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (sfd < 0) return errno;
+    UndoStep s;
+    s.kind = StepKind::Renamed;
+    s.obj = backing_id(sfd);
+    // A directory that changes parent has its ".." rewritten, which changes its
+    // own times: keep them too (for both sides of an exchange).
+    if (S_ISDIR(sst.st_mode)) save_attrs_locked(fs, t, sfd, s.obj);
+    ::close(sfd);
+    if ((flags & RENAME_EXCHANGE) && S_ISDIR(dst.st_mode)) {
+      int dfd = ::openat(newparent.fd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      if (dfd < 0) return errno;
+      save_attrs_locked(fs, t, dfd, backing_id(dfd));
+      ::close(dfd);
+    }
+    s.dir = id_of(parent);
+    s.name = name;
+    s.dir2 = id_of(newparent);
+    s.name2 = newname;
+    s.flags = flags;
+    s.displaced = displace;
+    UndoLog &log = log_of(fs, t);
+    t.entries.insert({parent.nodeid, name});
+    t.entries.insert({newparent.nodeid, newname});
+    if (!displace) {
+      log.append(s);
+      return ::renameat2(parent.fd, name, newparent.fd, newname, flags) == 0 ? 0 : errno;
+    }
+    uint64_t seq = 0;
+    if (int err = log.stash(newparent.fd, newname, s, &seq)) return err;
+    std::string stash = step_name(seq) + ".d";
+    if (::renameat2(parent.fd, name, newparent.fd, newname, RENAME_NOREPLACE) != 0) {
+      int err = errno;
+      ::renameat2(log.dir_fd(), stash.c_str(), newparent.fd, newname, RENAME_NOREPLACE);
+      return err;
+    }
+    uint64_t victim = fs.nodeid_of(dst.st_ino);
+    auto known = t.objects.find(victim);
+    if (known != t.objects.end() && known->second.created) {
+      // A displaced object this transaction made needs no keeping.
+      ::unlinkat(log.dir_fd(), stash.c_str(), S_ISDIR(dst.st_mode) ? AT_REMOVEDIR : 0);
+      if (S_ISDIR(dst.st_mode) || dst.st_nlink <= 1) fs.db->remove_handle(victim);
+    } else {
+      t.unlinked[victim] = {stash, newparent.nodeid, newname};
+      if (!S_ISDIR(dst.st_mode)) t.objects[victim].stashed++;
+    }
+    return 0;
+  });
+}
+
+int txn_link(Fs &fs, Txn &t, const Inode &obj, const Inode &newparent, const char *newname) {
+  std::lock_guard g(t.mu);
+  return recording(t, "link", [&]() -> int {
+    save_attrs_locked(fs, t, newparent);
+    note_before(fs, t, newparent, newname);
+    UndoStep s;
+    s.kind = StepKind::Linked;
+    s.obj = id_of(obj);
+    s.dir = id_of(newparent);
+    s.name = newname;
+    log_of(fs, t).append(s);
+    t.entries.insert({newparent.nodeid, newname});
+    if (::linkat(AT_FDCWD, proc_path(obj.fd).c_str(), newparent.fd, newname, AT_SYMLINK_FOLLOW) != 0)
+      return errno;
+    return 0;
+  });
+}
+
+}  // namespace txnfs
