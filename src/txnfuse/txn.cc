@@ -407,17 +407,20 @@ void TxnManager::cleaner_loop() {
     batch.swap(to_discard_);
     g.unlock();
     UndoContext ctx{fs_.tree_fd, fs_.backups_fd, {}};
+    std::vector<uint64_t> gone;  // only these lose their commit records
     for (uint64_t id : batch) {
       try {
         discard_log(ctx, id);
+        gone.push_back(id);
       } catch (const std::exception &e) {
+        // The record stays: without it, recovery would undo a committed transaction.
         spdlog::error("discarding log of transaction {}: {}", id, e.what());
       }
     }
     if (::syncfs(fs_.tree_fd) == 0) {
       try {
         fs_.db->transaction([&] {
-          for (uint64_t id : batch) fs_.db->delete_txn(id);
+          for (uint64_t id : gone) fs_.db->delete_txn(id);
         });
       } catch (const std::exception &e) {
         spdlog::error("deleting transaction records: {}", e.what());

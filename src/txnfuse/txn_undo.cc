@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -68,6 +69,17 @@ void save_attrs_locked(Fs &fs, Txn &t, int fd, const BackingId &id) {
   o.orig = st;
   o.attrs_saved = true;
   fs.pending.note_attrs(t.id(), fs.nodeid_of(id.ino), st, log.dir_fd());
+  // Writing, truncating or chowning a file drops its capabilities (even as root):
+  // keep them with its xattrs, so that undo can put them back.
+  if (S_ISREG(st.st_mode) &&
+      ::getxattr(proc_path(fd).c_str(), "security.capability", nullptr, 0) >= 0) {
+    UndoStep x;
+    x.kind = StepKind::Xattrs;
+    x.obj = id;
+    uint64_t seq = log.snapshot_xattrs(fd, x);
+    fs.pending.note_xattrs(fs.nodeid_of(id.ino), step_name(seq) + ".d");
+    o.xattrs_saved = true;
+  }
 }
 
 void save_attrs_locked(Fs &fs, Txn &t, const Inode &obj) {

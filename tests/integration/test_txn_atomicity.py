@@ -512,6 +512,37 @@ def test_abort_then_commit_same_objects(mnt):
     S.assert_no_backups(mnt.store)
 
 
+def test_link_count_right_after_commit(mnt):
+    """A transaction unlinks (or renames over) one name of a hard-linked file and commits:
+    as soon as commit returns, the other name shows the new link count -- on the mount
+    and in STORE/tree -- and keeps showing it once the backups are cleaned up (the
+    unlinked name waits in the backup area until then, but must not be counted)."""
+    r = mnt.path
+    bad = []
+    n_files = 100
+    for i in range(n_files):
+        a, b = r / f"a{i}", r / f"b{i}"
+        a.write_bytes(b"x")
+        os.link(a, b)
+        (r / f"src{i}").write_bytes(b"y")
+        tid = tl.txn_begin(r)
+        if i % 2:
+            os.unlink(b)
+        else:
+            os.rename(r / f"src{i}", b)       # over the second name
+        rc = tl.txn_commit(r, tid)
+        assert rc == 0, rc
+        n = os.lstat(a).st_nlink
+        if n != 1:
+            bad.append((a.name, "unlink" if i % 2 else "rename over", n))
+    S.assert_no_backups(mnt.store)
+    later = {a: os.lstat(r / a).st_nlink for a, _, _ in bad}
+    store = {a: os.lstat(mnt.store.tree / a).st_nlink for a, _, _ in bad}
+    assert not bad, (f"right after commit, st_nlink was not 1 for {len(bad)} of {n_files} files "
+                     f"(name, operation, nlink): {bad}; once the backups were gone the "
+                     f"mount showed {later}, STORE/tree {store}")
+
+
 # --------------------------------------------------------------------------
 # TC-NFS atomicity scenarios: `txnfs run` of a script that fails half-way
 # --------------------------------------------------------------------------

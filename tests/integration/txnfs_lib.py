@@ -320,9 +320,13 @@ class Mount:
             except (OSError, ValueError):
                 pass
         if self.mounted:
-            p = txnfs("umount", self.path)
-            if p.returncode != 0:
-                problems.append(f"txnfs umount failed at teardown: {output_of(p).strip()}")
+            try:
+                p = txnfs("umount", self.path)
+                failure = output_of(p).strip() if p.returncode != 0 else None
+            except (OSError, subprocess.SubprocessError) as e:   # e.g. the binary is being relinked
+                failure = repr(e)
+            if failure is not None:
+                problems.append(f"txnfs umount failed at teardown: {failure}")
                 run(["fusermount3", "-u", str(self.path)])
         if self.pid is not None and pid_alive(self.pid):
             if not wait_dead(self.pid, 15):

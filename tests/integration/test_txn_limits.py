@@ -1,0 +1,96 @@
+"""Transaction limits and a full disk: the operation that crosses a limit fails with a
+clear error, the transaction can then only abort, and the abort leaves no trace."""
+import errno
+import os
+
+import snapshot as S
+import txnfs_lib as tl
+
+
+def _populate(root):
+    (root / "keep").mkdir()
+    for k in range(4):
+        (root / "keep" / f"f{k}").write_bytes(os.urandom(256 * 1024))
+
+
+def test_max_ops_makes_the_transaction_abort_only(mnt):
+    mnt.remount("--max-txn-ops", "20")
+    _populate(mnt.path)
+    before = S.stable_snapshot(mnt.path)
+    tid = tl.txn_begin(mnt.path)
+    failed_at = None
+    for k in range(50):
+        try:
+            (mnt.path / "keep" / f"new{k}").write_bytes(b"x")
+        except OSError as e:
+            assert e.errno == errno.EDQUOT, e
+            failed_at = k
+            break
+    assert failed_at is not None, "50 creations with --max-txn-ops 20 never failed"
+    rc, info = tl.txn_info(mnt.path, tid)
+    assert rc == 0 and info.error == errno.EDQUOT, (rc, info.error)
+    # abort-only: every later request fails the same way, and commit is refused
+    try:
+        (mnt.path / "keep" / "later").write_bytes(b"y")
+        raise AssertionError("a request after the limit succeeded")
+    except OSError as e:
+        assert e.errno == errno.EDQUOT, e
+    assert tl.txn_commit(mnt.path, tid) == -errno.EDQUOT
+    assert tl.txn_abort(mnt.path, tid) == 0
+    S.assert_restored(mnt, before, "after aborting a transaction that hit --max-txn-ops")
+    S.assert_no_backups(mnt.store)
+
+
+def test_max_backup_bytes_makes_the_transaction_abort_only(mnt):
+    mnt.remount("--max-txn-backup-bytes", str(512 * 1024))
+    _populate(mnt.path)
+    before = S.stable_snapshot(mnt.path)
+    tid = tl.txn_begin(mnt.path)
+    err = None
+    for k in range(4):  # each overwrite backs up 256 KiB
+        try:
+            with open(mnt.path / "keep" / f"f{k}", "r+b") as f:
+                f.write(os.urandom(256 * 1024))
+        except OSError as e:
+            err = e.errno
+            break
+    assert err == errno.EDQUOT, f"overwriting 1 MiB with a 512 KiB backup limit gave {err}"
+    assert tl.txn_commit(mnt.path, tid) == -errno.EDQUOT
+    assert tl.txn_abort(mnt.path, tid) == 0
+    S.assert_restored(mnt, before, "after aborting a transaction that hit --max-txn-backup-bytes")
+    S.assert_no_backups(mnt.store)
+
+
+def test_full_disk_mid_transaction_leaves_it_abortable(mnt):
+    _populate(mnt.path)
+    st = os.statvfs(mnt.path)
+    # Leave about 4 MiB free (filler on the backing XFS, outside the store's tree).
+    filler = mnt.store.path.parent / "filler"
+    free = st.f_bavail * st.f_frsize
+    fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, max(free - 4 * 1024 * 1024, 1))
+    finally:
+        os.close(fd)
+    try:
+        before = S.stable_snapshot(mnt.path)
+        tid = tl.txn_begin(mnt.path)
+        err = None
+        try:
+            for k in range(4):  # overwrites need new blocks (the old ones are kept)
+                with open(mnt.path / "keep" / f"f{k}", "r+b") as f:
+                    f.write(os.urandom(256 * 1024))
+            with open(mnt.path / "big", "wb") as f:
+                for _ in range(64):
+                    f.write(os.urandom(1024 * 1024))
+        except OSError as e:
+            err = e.errno
+        assert err == errno.ENOSPC, f"filling the disk inside a transaction gave {err}"
+        assert tl.txn_abort(mnt.path, tid) == 0
+        S.assert_restored(mnt, before, "after aborting a transaction that filled the disk")
+        S.assert_no_backups(mnt.store)
+    finally:
+        filler.unlink()
+    # and the store still works
+    (mnt.path / "after").write_bytes(b"ok")
+    assert (mnt.path / "after").read_bytes() == b"ok"
