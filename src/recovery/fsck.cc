@@ -5,8 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -15,18 +19,23 @@
 #include "backing.h"
 #include "error.h"
 #include "metadb.h"
+#include "undo_exec.h"
 
 namespace txnfs {
 
 namespace {
 
 struct Object {
-  std::string path;  // relative to the tree, "/" for its root
+  std::string path;     // relative to the tree, "/" for its root
   mode_t mode;
+  uint64_t parent_ino;  // directory of the first name found (0 for the root)
+  std::string name;     // that name
 };
 
+using Objects = std::unordered_map<uint64_t, Object>;
+
 // Every object of the tree by backing inode number (first path found for hard links).
-void walk(int dirfd, const std::string &path, std::unordered_map<uint64_t, Object> &out,
+void walk(int dirfd, const std::string &path, uint64_t dir_ino, Objects &out,
           std::vector<std::string> &problems) {
   int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *d = fd >= 0 ? ::fdopendir(fd) : nullptr;
@@ -41,11 +50,11 @@ void walk(int dirfd, const std::string &path, std::unordered_map<uint64_t, Objec
     std::string child = (path == "/" ? "/" : path + "/") + std::string(n);
     struct stat st;
     if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    out.try_emplace(st.st_ino, Object{child, st.st_mode});
+    out.try_emplace(st.st_ino, Object{child, st.st_mode, dir_ino, std::string(n)});
     if (S_ISDIR(st.st_mode)) {
       int sub = ::openat(::dirfd(d), e->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub >= 0) {
-        walk(sub, child, out, problems);
+        walk(sub, child, st.st_ino, out, problems);
         ::close(sub);
       }
     }
@@ -58,54 +67,59 @@ std::string describe(const HandleRow &r) {
                      r.parent ? fmt::format(" (name {} in nodeid {})", r.name, *r.parent) : "");
 }
 
-}  // namespace
+// What is wrong with one row, compared with the tree. `fix` says how reconcile
+// repairs it.
+enum class Fix { None, Delete, Replace, Rename };
+struct Verdict {
+  Fix fix = Fix::None;
+  std::vector<std::string> problems;
+};
 
-FsckReport fsck_store(const StorePaths &paths) {
-  check_store_layout(paths);
-  auto db = MetaDb::open(paths.db);
-  FsckReport rep;
-  int tree_fd = ::open(paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (tree_fd < 0) throw_errno("open " + paths.tree, errno);
-  struct stat tst;
-  ::fstat(tree_fd, &tst);
-  auto nodeid_of = [&](uint64_t ino) { return ino == tst.st_ino ? 1 : ino; };
-
-  std::unordered_map<uint64_t, Object> objects;
-  objects.emplace(tst.st_ino, Object{"/", tst.st_mode});
-  walk(tree_fd, "/", objects, rep.problems);
-  rep.objects = objects.size();
-
-  std::unordered_set<uint64_t> rows;
+struct Checker {
+  int tree_fd;
+  uint64_t tree_ino;
+  Objects objects;
   std::unordered_map<uint64_t, uint64_t> ino_of_nodeid;
-  std::vector<HandleRow> all;
-  db->for_each_handle([&](const HandleRow &r) {
-    all.push_back(r);
-    ino_of_nodeid[r.nodeid] = r.ino;
-  });
-  rep.rows = all.size();
-  for (const HandleRow &r : all) {
-    rows.insert(r.nodeid);
+  std::vector<std::string> walk_problems;
+
+  explicit Checker(int fd) : tree_fd(fd) {
+    struct stat tst;
+    if (::fstat(tree_fd, &tst) != 0) throw_errno("stat the tree", errno);
+    tree_ino = tst.st_ino;
+    objects.emplace(tst.st_ino, Object{"/", tst.st_mode, 0, ""});
+    walk(tree_fd, "/", tst.st_ino, objects, walk_problems);
+  }
+  uint64_t nodeid_of(uint64_t ino) const { return ino == tree_ino ? 1 : ino; }
+
+  Verdict check(const HandleRow &r) {
+    Verdict v;
     int fd = open_by_fh(tree_fd, r.fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
-      rep.problems.push_back(fmt::format("{}: its object is gone ({})", describe(r),
-                                         std::strerror(-fd)));
-      continue;
+      v.problems.push_back(
+          fmt::format("{}: its object is gone ({})", describe(r), std::strerror(-fd)));
+      v.fix = Fix::Delete;
+      return v;
     }
     BackingId id = backing_id(fd);
     struct stat st;
     ::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
     ::close(fd);
-    if (id.ino != r.ino || id.generation != r.generation || nodeid_of(id.ino) != r.nodeid)
-      rep.problems.push_back(fmt::format("{}: handle leads to inode {} generation {}, row says "
-                                         "inode {} generation {}",
-                                         describe(r), id.ino, id.generation, r.ino, r.generation));
-    if ((st.st_mode & S_IFMT) != r.type)
-      rep.problems.push_back(fmt::format("{}: object type {:o} differs from recorded {:o}",
-                                         describe(r), st.st_mode & S_IFMT, r.type));
+    if (id.ino != r.ino || id.generation != r.generation || nodeid_of(id.ino) != r.nodeid) {
+      v.problems.push_back(fmt::format("{}: handle leads to inode {} generation {}, row says "
+                                       "inode {} generation {}",
+                                       describe(r), id.ino, id.generation, r.ino, r.generation));
+      v.fix = Fix::Delete;
+    }
+    if ((st.st_mode & S_IFMT) != r.type) {
+      v.problems.push_back(fmt::format("{}: object type {:o} differs from recorded {:o}",
+                                       describe(r), st.st_mode & S_IFMT, r.type));
+      if (v.fix == Fix::None) v.fix = Fix::Replace;
+    }
     auto obj = objects.find(id.ino);
-    if (obj == objects.end()) {
-      rep.problems.push_back(fmt::format("{}: its object is not in the tree", describe(r)));
-      continue;
+    if (obj == objects.end() || st.st_nlink == 0) {
+      v.problems.push_back(fmt::format("{}: its object is not in the tree", describe(r)));
+      v.fix = Fix::Delete;
+      return v;
     }
     if (r.parent) {
       auto pino = ino_of_nodeid.find(*r.parent);
@@ -118,26 +132,192 @@ FsckReport fsck_store(const StorePaths &paths) {
                        AT_SYMLINK_NOFOLLOW) == 0 &&
              nst.st_ino == id.ino;
       }
-      if (!ok)
-        rep.problems.push_back(fmt::format("{}: that name does not lead to it (it is at {})",
-                                           describe(r), obj->second.path));
+      if (!ok) {
+        v.problems.push_back(fmt::format("{}: that name does not lead to it (it is at {})",
+                                         describe(r), obj->second.path));
+        if (v.fix == Fix::None) v.fix = Fix::Rename;
+      }
     }
+    return v;
   }
-  for (const auto &[ino, obj] : objects)
-    if (!rows.count(nodeid_of(ino)))
-      rep.problems.push_back(fmt::format("{} (inode {}) has no handle row", obj.path, ino));
+};
 
-  if (DIR *d = ::opendir(paths.backups.c_str())) {
-    while (dirent *e = ::readdir(d)) {
-      std::string_view n = e->d_name;
-      if (n != "." && n != "..")
-        rep.problems.push_back(fmt::format("backup {}/{} belongs to no transaction",
-                                           paths.backups, n));
+// A new row for the object `ino` of the tree, named by its first name found.
+HandleRow row_for(const Checker &c, uint64_t ino, const Object &obj) {
+  std::string rel = obj.path == "/" ? "." : "." + obj.path;
+  int fd = ::openat(c.tree_fd, rel.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw_errno("open " + obj.path, errno);
+  BackingId id;
+  try {
+    id = backing_id(fd);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  HandleRow row;
+  row.nodeid = c.nodeid_of(ino);
+  row.generation = id.generation;
+  row.ino = id.ino;
+  row.fh = id.fh;
+  row.type = obj.mode & S_IFMT;
+  if (obj.parent_ino) {
+    row.parent = c.nodeid_of(obj.parent_ino);
+    row.name = obj.name;
+  }
+  return row;
+}
+
+bool decimal_name(std::string_view n, uint64_t &v) {
+  auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), v, 10);
+  return ec == std::errc() && p == n.data() + n.size() && std::to_string(v) == n;
+}
+
+// Problems of the recovery state: logs, transaction records, strays in backups/.
+void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) {
+  std::map<uint64_t, std::string> txns;
+  for (auto &[id, state] : db.all_txns()) txns[id] = state;
+  std::unordered_set<uint64_t> logs;
+  int backups_fd = ::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (backups_fd < 0) throw_errno("open " + paths.backups, errno);
+  DIR *d = ::fdopendir(::dup(backups_fd));
+  if (!d) {
+    ::close(backups_fd);
+    throw_errno("read " + paths.backups, errno);
+  }
+  std::vector<std::string> names;
+  while (dirent *e = ::readdir(d)) {
+    std::string_view n = e->d_name;
+    if (n != "." && n != "..") names.emplace_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string &n : names) {
+    uint64_t id;
+    struct stat st;
+    bool log = decimal_name(n, id) && ::fstatat(backups_fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+               S_ISDIR(st.st_mode);
+    if (!log) {
+      rep.problems.push_back(
+          fmt::format("backup {}/{} belongs to no transaction (not an undo log)", paths.backups, n));
+      continue;
     }
-    ::closedir(d);
+    logs.insert(id);
+    uint64_t steps = 0;
+    std::vector<std::string> damage;
+    try {
+      damage = inspect_log(backups_fd, id, &steps);
+    } catch (const Error &e) {
+      damage.push_back(e.what());
+    }
+    auto t = txns.find(id);
+    if (t == txns.end())
+      rep.problems.push_back(fmt::format(
+          "undo log {}/{} ({} steps) has no transaction record: an interrupted transaction "
+          "that recovery rolls back (txnfs recover STORE)",
+          paths.backups, n, steps));
+    else if (t->second == "committed")
+      rep.problems.push_back(fmt::format(
+          "undo log {}/{} ({} steps) of committed transaction {} is still there: recovery "
+          "discards it (txnfs recover STORE)",
+          paths.backups, n, steps, id));
+    else
+      rep.problems.push_back(fmt::format(
+          "undo log {}/{} ({} steps) of unfinished transaction {} ({}): recovery rolls it "
+          "back (txnfs recover STORE)",
+          paths.backups, n, steps, id, t->second));
+    for (auto &p : damage)
+      rep.problems.push_back(fmt::format("undo log {}/{} is damaged: {}", paths.backups, n, p));
+  }
+  ::close(backups_fd);
+  for (auto &[id, state] : txns)
+    if (!logs.count(id))
+      rep.problems.push_back(fmt::format(
+          "transaction record {} ({}) has no undo log: recovery forgets it", id, state));
+}
+
+}  // namespace
+
+FsckReport fsck_store(const StorePaths &paths) {
+  check_store_layout(paths);
+  auto db = MetaDb::open(paths.db);
+  FsckReport rep;
+  int tree_fd = ::open(paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (tree_fd < 0) throw_errno("open " + paths.tree, errno);
+  try {
+    Checker c(tree_fd);
+    rep.problems = c.walk_problems;
+    rep.objects = c.objects.size();
+    std::vector<HandleRow> all;
+    db->for_each_handle([&](const HandleRow &r) {
+      all.push_back(r);
+      c.ino_of_nodeid[r.nodeid] = r.ino;
+    });
+    rep.rows = all.size();
+    std::unordered_set<uint64_t> rows;
+    for (const HandleRow &r : all) {
+      rows.insert(r.nodeid);
+      for (auto &p : c.check(r).problems) rep.problems.push_back(std::move(p));
+    }
+    for (const auto &[ino, obj] : c.objects)
+      if (!rows.count(c.nodeid_of(ino)))
+        rep.problems.push_back(fmt::format("{} (inode {}) has no handle row", obj.path, ino));
+    check_recovery_state(paths, *db, rep);
+  } catch (...) {
+    ::close(tree_fd);
+    throw;
   }
   ::close(tree_fd);
   return rep;
+}
+
+std::vector<std::string> reconcile_handles(int tree_fd, MetaDb &db) {
+  Checker c(tree_fd);
+  std::vector<std::string> changes = c.walk_problems;
+  std::vector<HandleRow> all;
+  db.for_each_handle([&](const HandleRow &r) {
+    all.push_back(r);
+    c.ino_of_nodeid[r.nodeid] = r.ino;
+  });
+  db.transaction([&] {
+    std::unordered_set<uint64_t> kept;
+    for (const HandleRow &r : all) {
+      Verdict v = c.check(r);
+      switch (v.fix) {
+        case Fix::None:
+          kept.insert(r.nodeid);
+          continue;
+        case Fix::Delete:
+          db.remove_handle(r.nodeid);
+          changes.push_back(fmt::format("deleted {}", describe(r)));
+          break;
+        case Fix::Replace: {
+          HandleRow row = row_for(c, r.ino, c.objects.at(r.ino));
+          row.uuid = r.uuid;
+          db.put_handle(row);
+          kept.insert(r.nodeid);
+          changes.push_back(fmt::format("replaced {} (wrong type)", describe(r)));
+          break;
+        }
+        case Fix::Rename: {
+          const Object &o = c.objects.at(r.ino);
+          std::optional<uint64_t> parent;
+          if (o.parent_ino) parent = c.nodeid_of(o.parent_ino);
+          db.set_handle_name(r.nodeid, parent, o.name);
+          kept.insert(r.nodeid);
+          changes.push_back(fmt::format("{}: recorded name set to {}", describe(r), o.path));
+          break;
+        }
+      }
+    }
+    for (const auto &[ino, obj] : c.objects) {
+      if (kept.count(c.nodeid_of(ino))) continue;
+      HandleRow row = row_for(c, ino, obj);
+      db.put_handle(row);
+      changes.push_back(fmt::format("added a row for {} (inode {})", obj.path, ino));
+    }
+  });
+  return changes;
 }
 
 }  // namespace txnfs

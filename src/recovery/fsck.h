@@ -2,12 +2,17 @@
 //
 // Checked: every handle row names an object that exists in the tree (by its backing
 // handle), with the recorded inode number, generation and type, and its recorded
-// name (if any) names that object; every object of the tree has a row; the backup
-// area holds nothing that no transaction owns.
+// name (if any) names that object; every object of the tree has a row; and the
+// recovery state is settled: no undo log is left in the backup area (a log means a
+// transaction that recovery has yet to roll back or discard), no transaction record
+// outlives its transaction, and the backup area holds nothing else.
+//
+// Repair (txnfs fsck --repair) first runs recovery, then reconcile_handles().
 #pragma once
 #include <string>
 #include <vector>
 
+#include "metadb.h"
 #include "store.h"
 
 namespace txnfs {
@@ -20,5 +25,12 @@ struct FsckReport {
 
 // Throws Error when the store cannot be read at all.
 FsckReport fsck_store(const StorePaths &paths);
+
+// Makes the handle table agree with the tree `tree_fd` (the store's tree, not O_PATH):
+// deletes rows whose object is gone or not in the tree, replaces rows whose handle
+// leads to another object or whose type is wrong, adds rows for objects without one,
+// and sets a recorded name that does not lead to its object to one that does. Returns
+// one line per change. The store must not be served while this runs.
+std::vector<std::string> reconcile_handles(int tree_fd, MetaDb &db);
 
 }  // namespace txnfs

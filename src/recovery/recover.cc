@@ -10,55 +10,124 @@
 
 #include <fmt/format.h>
 
+#include "crash_point.h"
 #include "error.h"
+#include "fsck.h"
 #include "undo_exec.h"
+#include "undo_io.h"
 
 namespace txnfs {
 
-RecoveryReport recover_store(const StorePaths &paths, MetaDb &db) {
-  auto t0 = std::chrono::steady_clock::now();
+using Clock = std::chrono::steady_clock;
+
+RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const RecoveryOptions &opts) {
+  auto t0 = Clock::now();
   RecoveryReport rep;
-  int tree_fd = ::open(paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (tree_fd < 0) throw_errno("open " + paths.tree, errno);
-  int backups_fd = ::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (backups_fd < 0) {
-    int err = errno;
-    ::close(tree_fd);
-    throw_errno("open " + paths.backups, err);
-  }
-  UndoContext ctx{tree_fd, backups_fd, {}};
-  std::vector<uint64_t> committed = db.committed_txns();
+  undo_io::Fd tree(::open(paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!tree) throw_errno("open " + paths.tree, tree.err());
+  undo_io::Fd backups(::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!backups) throw_errno("open " + paths.backups, backups.err());
   struct stat tst;
-  ::fstat(tree_fd, &tst);
-  try {
-    for (uint64_t id : logged_transactions(backups_fd)) {
-      if (std::binary_search(committed.begin(), committed.end(), id)) {
-        discard_log(ctx, id);
-        rep.discarded++;
-        continue;
-      }
-      UndoResult r = undo_transaction(ctx, id);
-      rep.rolled_back++;
-      rep.steps_undone += r.undone;
-      rep.bytes_restored += r.bytes_restored;
-      for (auto &p : r.problems) rep.problems.push_back(fmt::format("transaction {}: {}", id, p));
-      for (auto &obj : r.removed) db.remove_handle(obj.ino == uint64_t(tst.st_ino) ? 1 : obj.ino);
-    }
-    // Every log is gone for good before the records that explain them go.
-    if (::syncfs(tree_fd) != 0) throw_errno("syncfs", errno);
-    db.transaction([&] {
-      for (uint64_t id : committed) db.delete_txn(id);
-    });
-    db.clear_txns();
-  } catch (...) {
-    ::close(tree_fd);
-    ::close(backups_fd);
-    throw;
+  if (::fstat(tree.fd(), &tst) != 0) throw_errno("stat " + paths.tree, errno);
+
+  std::vector<uint64_t> committed = db.committed_txns();
+  auto is_committed = [&](uint64_t id) {
+    return std::binary_search(committed.begin(), committed.end(), id);
+  };
+  size_t records = db.all_txns().size();
+  std::vector<uint64_t> logs = logged_transactions(backups.fd());
+
+  // Look at every log to roll back before touching any: a damaged one stops recovery
+  // while the store is still as the crash left it.
+  std::vector<uint64_t> steps_of(logs.size());
+  std::vector<std::string> damage;
+  for (size_t k = 0; k < logs.size(); k++) {
+    if (is_committed(logs[k])) continue;
+    for (auto &p : inspect_log(backups.fd(), logs[k], &steps_of[k]))
+      damage.push_back(fmt::format("transaction {}: {}", logs[k], p));
   }
-  ::close(tree_fd);
-  ::close(backups_fd);
-  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!damage.empty()) {
+    if (!opts.force) {
+      std::string all;
+      for (auto &d : damage) all += "\n  " + d;
+      throw Error(fmt::format("cannot recover {}: undo logs are damaged (was something in {} "
+                              "deleted or changed by hand?); nothing was changed:{}",
+                              paths.root, paths.backups, all),
+                  "`txnfs recover --force STORE` rolls back everything else and reports what "
+                  "it could not restore");
+    }
+    for (auto &d : damage) rep.problems.push_back(d);
+  }
+
+  // Progress, at most about once a second.
+  auto last = t0;
+  size_t index = 0;
+  uint64_t txid = 0, done = 0, total = 0;
+  auto tick = [&](bool force_line) {
+    if (!opts.progress) return;
+    auto now = Clock::now();
+    if (!force_line && now - last < std::chrono::seconds(1)) return;
+    last = now;
+    opts.progress(fmt::format("recovery: transaction {} ({} of {}): {} of {} steps undone, "
+                              "{:.1f} s",
+                              txid, index + 1, logs.size(), done, total,
+                              std::chrono::duration<double>(now - t0).count()));
+  };
+
+  UndoContext ctx{tree.fd(), backups.fd(), [&](const UndoStep &) {
+                    TXNFS_CRASH_POINT("recover.mid_undo");
+                    done++;
+                    tick(false);
+                  }};
+  for (index = 0; index < logs.size(); index++) {
+    txid = logs[index];
+    TXNFS_CRASH_POINT("recover.before_txn");
+    if (is_committed(txid)) {
+      // Committed: its effects stay; the log is only what is left of the cleanup.
+      discard_log(ctx, txid);
+      rep.discarded++;
+      continue;
+    }
+    done = 0;
+    total = steps_of[index];
+    UndoResult r = undo_transaction(ctx, txid);
+    TXNFS_CRASH_POINT("recover.after_txn");
+    rep.rolled_back++;
+    rep.steps += r.steps;
+    rep.steps_undone += r.undone;
+    rep.bytes_restored += r.bytes_restored;
+    for (auto &p : r.problems) rep.problems.push_back(fmt::format("transaction {}: {}", txid, p));
+    for (auto &obj : r.removed) db.remove_handle(obj.ino == uint64_t(tst.st_ino) ? 1 : obj.ino);
+  }
+  // Every log is gone for good before the records that explain them go.
+  if (::syncfs(tree.fd()) != 0) throw_errno("syncfs", errno);
+  TXNFS_CRASH_POINT("recover.before_forget");
+  if (!logs.empty() || records > 0) {
+    // A crash can leave rows of objects that are gone (created by a rolled-back
+    // transaction, removed by a committed one) and names a rollback moved back.
+    // Reconciled before the records go: while a record remains, the next recovery
+    // reconciles again.
+    rep.handle_fixes = reconcile_handles(tree.fd(), db);
+    db.clear_txns();
+    rep.records_forgotten = records;
+    db.sync();
+  }
+  rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return rep;
+}
+
+std::string recovery_summary(const RecoveryReport &r) {
+  if (!r.anything()) return fmt::format("nothing to recover ({:.3f} s)", r.seconds);
+  std::string s = fmt::format(
+      "rolled back {} transaction{} ({} operations undone of {} recorded, {} bytes restored), "
+      "finished {} committed one{}, forgot {} transaction record{}, fixed {} handle row{}, in "
+      "{:.3f} s",
+      r.rolled_back, r.rolled_back == 1 ? "" : "s", r.steps_undone, r.steps, r.bytes_restored,
+      r.discarded, r.discarded == 1 ? "" : "s", r.records_forgotten,
+      r.records_forgotten == 1 ? "" : "s", r.handle_fixes.size(),
+      r.handle_fixes.size() == 1 ? "" : "s", r.seconds);
+  if (!r.problems.empty()) s += fmt::format("; {} PROBLEMS", r.problems.size());
+  return s;
 }
 
 }  // namespace txnfs

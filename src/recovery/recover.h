@@ -1,8 +1,14 @@
 // Crash recovery of a store that is not being served: every transaction with an
 // undo log but no durable commit record is rolled back, the logs of committed ones
-// are discarded, and the handle table drops rows of objects that no longer exist.
+// are discarded, transaction records are forgotten, and -- when there was anything to
+// recover -- the handle table is reconciled with the tree (rows of objects that no
+// longer exist go, names a rollback moved back are corrected, missing rows are added).
+//
+// Idempotent and restartable: a crash at any point of it leaves a store that the next
+// run recovers the same way (docs/crash-model.md).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -11,13 +17,31 @@
 
 namespace txnfs {
 
-struct RecoveryReport {
-  uint64_t rolled_back = 0, discarded = 0, steps_undone = 0, bytes_restored = 0;
-  std::vector<std::string> problems;
-  double seconds = 0;
+struct RecoveryOptions {
+  // Roll back logs that inspect_log() finds damaged too (their damaged steps are
+  // skipped and reported). Without it recovery refuses such a store, changing nothing.
+  bool force = false;
+  // Called with a progress line about once a second while recovery runs.
+  std::function<void(const std::string &)> progress;
 };
 
-// Caller holds the store lock. Throws Error if the store cannot be recovered.
-RecoveryReport recover_store(const StorePaths &paths, MetaDb &db);
+struct RecoveryReport {
+  uint64_t rolled_back = 0, discarded = 0, steps_undone = 0, steps = 0, bytes_restored = 0;
+  uint64_t records_forgotten = 0;       // transaction records deleted
+  std::vector<std::string> handle_fixes;  // reconcile_handles() changes
+  std::vector<std::string> problems;    // steps that could not be undone (force)
+  double seconds = 0;
+  bool anything() const {
+    return rolled_back || discarded || records_forgotten || !handle_fixes.empty();
+  }
+};
+
+// Caller holds the store lock. Throws Error if the store cannot be recovered (then
+// nothing was changed when the reason is a damaged log and !opts.force).
+RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const RecoveryOptions &opts = {});
+
+// "rolled back 2 transactions (15 operations undone, 8192 bytes restored), finished 1
+// committed one, ... in 0.012 s" -- or "nothing to recover".
+std::string recovery_summary(const RecoveryReport &r);
 
 }  // namespace txnfs

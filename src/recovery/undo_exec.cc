@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "crash_point.h"
 #include "error.h"
 #include "undo_io.h"
 
@@ -406,6 +407,7 @@ void remove_log(int backups_fd, const std::string &name) {
     for (uint64_t seq : seqs) {
       if (::unlinkat(log.fd(), step_name(seq).c_str(), 0) != 0 && errno != ENOENT)
         throw_errno("remove record " + step_name(seq), errno);
+      TXNFS_CRASH_POINT("log.mid_remove");
       undo_io::remove_tree(log.fd(), data_name(seq));
     }
   }
@@ -432,6 +434,32 @@ UndoResult undo_transaction(const UndoContext &ctx, uint64_t txid) {
   if (::syncfs(ctx.mount_fd) != 0) throw_errno("syncfs", errno);
   remove_log(ctx.backups_fd, name);
   return r;
+}
+
+std::vector<std::string> inspect_log(int backups_fd, uint64_t txid, uint64_t *steps) {
+  UndoResult r;
+  std::string name = std::to_string(txid);
+  Fd log(::openat(backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!log) {
+    if (log.err() == ENOENT) return {};
+    throw_errno("open undo log backups/" + name, log.err());
+  }
+  for (const UndoStep &s : read_steps(log.fd(), r)) {
+    if (s.kind != StepKind::Data && s.kind != StepKind::Xattrs) continue;
+    std::string dn = data_name(s.seq);
+    struct stat st;
+    if (::fstatat(log.fd(), dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      r.problems.push_back(fmt::format("step {} ({}): its data object {} is missing",
+                                       step_name(s.seq), step_kind_name(s.kind), dn));
+    } else if (s.kind == StepKind::Data &&
+               (!S_ISREG(st.st_mode) || uint64_t(st.st_size) < s.off + s.len)) {
+      r.problems.push_back(fmt::format("step {} (Data): its data object {} is damaged (shorter "
+                                       "than its range)",
+                                       step_name(s.seq), dn));
+    }
+  }
+  if (steps) *steps = r.steps;
+  return r.problems;
 }
 
 void discard_log(const UndoContext &ctx, uint64_t txid) {

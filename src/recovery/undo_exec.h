@@ -49,6 +49,13 @@ UndoResult undo_transaction(const UndoContext &ctx, uint64_t txid);
 // log), or recovery may find part of a committed log and undo it.
 void discard_log(const UndoContext &ctx, uint64_t txid);
 
+// Damage that would keep undo_transaction from restoring everything, found without
+// changing anything: unreadable or undecodable records, and Data or Xattrs records
+// whose data object is missing or too short (those are written before their records,
+// so only a hand outside txnfs removes them). Each problem is one line. Also counts
+// the records into *steps (if given). A missing log directory has no problems.
+std::vector<std::string> inspect_log(int backups_fd, uint64_t txid, uint64_t *steps = nullptr);
+
 // Transaction ids that have a log directory, ascending.
 std::vector<uint64_t> logged_transactions(int backups_fd);
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "crash_point.h"
 #include "error.h"
 #include "undo_io.h"
 
@@ -52,6 +53,7 @@ std::unique_ptr<UndoLog> UndoLog::create(int backups_fd, uint64_t txid, bool ref
     ::unlinkat(backups_fd, name.c_str(), AT_REMOVEDIR);
     throw_errno("open undo log backups/" + name, e);
   }
+  TXNFS_CRASH_POINT("undo.after_log_dir");
   return std::unique_ptr<UndoLog>(new UndoLog(fd, txid, reflink));
 }
 
@@ -66,6 +68,7 @@ uint64_t UndoLog::write_record(uint64_t seq, UndoStep &s) {
   if (::symlinkat(text.c_str(), dir_fd_, step_name(seq).c_str()) != 0)
     throw_errno(fmt::format("write undo record {}/{}", txid_, step_name(seq)), errno);
   c_->steps++;
+  TXNFS_CRASH_POINT("undo.after_record");
   return seq;
 }
 
@@ -120,6 +123,7 @@ uint64_t UndoLog::backup_range(int fd, UndoStep s) {
   }
   s.off = start;
   s.len = end - start;
+  TXNFS_CRASH_POINT("undo.after_backup");
   try {
     write_record(seq, s);
   } catch (...) {
@@ -143,11 +147,13 @@ int UndoLog::stash(int dirfd, const char *name, UndoStep s, uint64_t *seq_out) {
   }
   if (::symlinkat(text.c_str(), dir_fd_, step_name(seq).c_str()) != 0) return errno;
   c_->steps++;
+  TXNFS_CRASH_POINT("undo.after_record");
   if (::renameat2(dirfd, name, dir_fd_, data_name(seq).c_str(), RENAME_NOREPLACE) != 0) {
     int e = errno;
     if (::unlinkat(dir_fd_, step_name(seq).c_str(), 0) == 0) c_->steps--;
     return e;
   }
+  TXNFS_CRASH_POINT("undo.after_stash");
   if (seq_out) *seq_out = seq;
   return 0;
 }
@@ -192,6 +198,7 @@ uint64_t UndoLog::snapshot_xattrs(int fd, UndoStep s) {
     ::unlinkat(dir_fd_, dname.c_str(), dir ? AT_REMOVEDIR : 0);
     throw_errno(fmt::format("snapshot xattrs into {}/{}", txid_, dname), e);
   }
+  TXNFS_CRASH_POINT("undo.after_backup");
   try {
     write_record(seq, s);
   } catch (...) {

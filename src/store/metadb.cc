@@ -70,7 +70,7 @@ MetaDb::MetaDb(sqlite3 *db, std::string path) : db_(db), path_(std::move(path)) 
 MetaDb::~MetaDb() {
   for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
                  clear_name_, all_handles_, count_handles_, insert_txn_, set_txn_, del_txn_,
-                 committed_})
+                 committed_, all_txns_})
     sqlite3_finalize(s);
   sqlite3_close(db_);
 }
@@ -114,6 +114,7 @@ void MetaDb::prepare_all() {
       "ended = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?1");
   del_txn_ = prep("DELETE FROM txns WHERE id = ?1");
   committed_ = prep("SELECT id FROM txns WHERE state = 'committed' ORDER BY id");
+  all_txns_ = prep("SELECT id, state FROM txns ORDER BY id");
 }
 
 std::unique_ptr<MetaDb> MetaDb::create(const std::string &path) {
@@ -316,6 +317,14 @@ std::vector<uint64_t> MetaDb::committed_txns() {
   Stmt s(*this, committed_);
   std::vector<uint64_t> out;
   while (s.step()) out.push_back(uint64_t(s.i64(0)));
+  return out;
+}
+
+std::vector<std::pair<uint64_t, std::string>> MetaDb::all_txns() {
+  std::lock_guard g(mu_);
+  Stmt s(*this, all_txns_);
+  std::vector<std::pair<uint64_t, std::string>> out;
+  while (s.step()) out.emplace_back(uint64_t(s.i64(0)), s.text(1));
   return out;
 }
 

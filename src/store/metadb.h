@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 struct sqlite3;
@@ -65,6 +66,8 @@ class MetaDb {
   void clear_txns();
   // Ids whose commit record is present.
   std::vector<uint64_t> committed_txns();
+  // Every transaction record: (id, state), by id.
+  std::vector<std::pair<uint64_t, std::string>> all_txns();
 
   // Runs `fn` inside one SQLite transaction (nested calls join the outer one).
   void transaction(const std::function<void()> &fn);
@@ -90,7 +93,7 @@ class MetaDb {
                *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,
                *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr,
                *insert_txn_ = nullptr, *set_txn_ = nullptr, *del_txn_ = nullptr,
-               *committed_ = nullptr;
+               *committed_ = nullptr, *all_txns_ = nullptr;
 };
 
 }  // namespace txnfs

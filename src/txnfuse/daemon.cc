@@ -99,13 +99,12 @@ int run_mount(const MountOptions &opts) {
     auto db = MetaDb::open(fs.paths.db);
     check_root(*db, tree);
     fs.reflink = db->get_meta("backups").value_or("reflink") == "reflink";
-    RecoveryReport rep = recover_store(fs.paths, *db);
-    for (auto &p : rep.problems) spdlog::warn("recovery: {}", p);
-    if (rep.rolled_back || rep.discarded)
-      spdlog::info("recovery: rolled back {} transactions ({} steps, {} bytes), finished {} "
-                   "committed ones, in {:.3f} s",
-                   rep.rolled_back, rep.steps_undone, rep.bytes_restored, rep.discarded,
-                   rep.seconds);
+    RecoveryOptions ro;
+    ro.progress = [](const std::string &line) { spdlog::info("{}", line); };
+    RecoveryReport rep = recover_store(fs.paths, *db, ro);
+    for (auto &p : rep.problems) spdlog::error("recovery: not restored: {}", p);
+    for (auto &f : rep.handle_fixes) spdlog::info("recovery: handle table: {}", f);
+    if (rep.anything()) spdlog::info("recovery: {}", recovery_summary(rep));
     fs.recoveries = rep.rolled_back;
   }
   fs.backups_fd = ::open(fs.paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

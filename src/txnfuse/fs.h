@@ -24,6 +24,7 @@ namespace txnfs {
 struct FsOptions {
   double entry_timeout = 3600;  // seconds the kernel may cache a name -> inode
   double attr_timeout = 3600;   // seconds the kernel may cache attributes
+  bool undo_sync = false;       // fsync the undo log after every step (for measurement)
 };
 
 class TxnManager;

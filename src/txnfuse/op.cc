@@ -2,6 +2,8 @@
 
 #include <atomic>
 
+#include "crash_point.h"
+
 namespace txnfs {
 
 namespace {
@@ -31,11 +33,15 @@ Op::Op(fuse_req_t req) : fs_(fs_of(req)) {
 Op::~Op() {
   if (lockless_) fs_.unlocked_inflight.fetch_sub(1, std::memory_order_seq_cst);
   if (plain_) fs_.locks.release_all(*plain_);
-  if (entered_) fs_.txns->leave(*txn_);
+  if (entered_) {
+    fs_.txns->leave(*txn_);
+    if (mutating_) TXNFS_CRASH_POINT("txn.after_change");
+  }
 }
 
 int Op::lock(const LockKey &key, LockMode mode) {
   if (lockless_) return 0;
+  if (mode == LockMode::X || mode == LockMode::IX) mutating_ = true;
   LockOwner &owner = txn_ ? static_cast<LockOwner &>(*txn_) : *plain_;
   int err = fs_.locks.acquire(owner, key, mode, fs_.txns->limits.lock_timeout);
   if (err && txn_) txn_->doom(err);

@@ -52,6 +52,7 @@ class Op {
   std::unique_ptr<LockOwner> plain_;  // a plain request's own locks
   bool lockless_ = false;             // counted in fs.unlocked_inflight
   bool entered_ = false;
+  bool mutating_ = false;  // took an X or IX lock: the request changes the tree
   int err_ = 0;
 };
 

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "crash_point.h"
 #include "fs.h"
 #include "undo_exec.h"
 
@@ -137,6 +138,7 @@ int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, ui
   uint64_t txid;
   try {
     txid = fs_.db->insert_txn(uid, owner, flags);
+    TXNFS_CRASH_POINT("txn.after_begin");
   } catch (const std::exception &e) {
     ::close(pidfd);
     spdlog::error("begin: {}", e.what());
@@ -259,11 +261,14 @@ int TxnManager::durable_commit(Txn &t) {
     l.unlock();
     int err = ::syncfs(fs_.tree_fd) == 0 ? 0 : errno;
     if (!err) {
+      TXNFS_CRASH_POINT("commit.after_syncfs");
       try {
         fs_.db->transaction([&] {
           for (Txn *b : batch) fs_.db->set_txn_state(b->id(), "committed");
         });
+        TXNFS_CRASH_POINT("commit.after_record");
         fs_.db->sync();
+        TXNFS_CRASH_POINT("commit.after_wal_sync");
       } catch (const std::exception &e) {
         spdlog::error("writing commit records: {}", e.what());
         err = EIO;
@@ -306,10 +311,15 @@ int TxnManager::finish(TxnPtr t, bool commit) {
           fs_.db->remove_handle(nodeid);
         else
           fs_.db->clear_handle_name(u.parent, u.name);
+        // The removed name is gone for good: drop the log's link to the object now,
+        // so its link count is right as soon as the commit returns (the rest of the
+        // log goes in the background).
+        ::unlinkat(t->log->dir_fd(), u.stash.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
       }
     } catch (const std::exception &e) {
       spdlog::error("transaction {}: updating handle rows: {}", t->id(), e.what());
     }
+    TXNFS_CRASH_POINT("commit.after_rows");
     if (t->log) {
       std::lock_guard g(clean_mu_);
       to_discard_.push_back(t->id());
@@ -322,9 +332,13 @@ int TxnManager::finish(TxnPtr t, bool commit) {
     t->state = TXNFS_ABORTED;
     try {
       if (t->log) {
-        UndoContext ctx{fs_.tree_fd, fs_.backups_fd, {}};
+        UndoContext ctx{fs_.tree_fd, fs_.backups_fd,
+                        [](const UndoStep &) { TXNFS_CRASH_POINT("abort.mid_undo"); }};
         UndoResult r = undo_transaction(ctx, t->id());
+        TXNFS_CRASH_POINT("abort.after_undo");
         for (auto &p : r.problems) spdlog::error("abort of {}: {}", t->id(), p);
+        // An incomplete rollback is an error the caller must hear of.
+        if (!r.problems.empty()) err = EIO;
         for (auto &obj : r.removed) fs_.db->remove_handle(fs_.nodeid_of(obj.ino));
         for (auto &obj : r.touched) fs_.inval.inode(fs_.nodeid_of(obj.ino));
       }
@@ -417,7 +431,9 @@ void TxnManager::cleaner_loop() {
         spdlog::error("discarding log of transaction {}: {}", id, e.what());
       }
     }
+    TXNFS_CRASH_POINT("cleanup.after_discard");
     if (::syncfs(fs_.tree_fd) == 0) {
+      TXNFS_CRASH_POINT("cleanup.before_delete_rows");
       try {
         fs_.db->transaction([&] {
           for (uint64_t id : gone) fs_.db->delete_txn(id);

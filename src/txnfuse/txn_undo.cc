@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backing.h"
+#include "crash_point.h"
 #include "error.h"
 #include "undo_step.h"
 
@@ -36,9 +37,13 @@ UndoLog &log_of(Fs &fs, Txn &t) {
 // Runs `fn` (which records undo steps) and turns failures into an errno, dooming the
 // transaction: with a step missing, the only safe way out is abort.
 template <typename F>
-int recording(Txn &t, const char *what, F &&fn) {
+int recording(Fs &fs, Txn &t, const char *what, F &&fn) {
   try {
-    return fn();
+    int err = fn();
+    // --undo-sync: make each step durable on its own (correct but slow; the default
+    // relies on XFS's ordered journal instead, see docs/crash-model.md).
+    if (fs.opts.undo_sync && t.log && ::fsync(t.log->dir_fd()) != 0) throw_errno("fsync", errno);
+    return err;
   } catch (const std::exception &e) {
     spdlog::error("transaction {}: cannot record undo for {}: {}", t.id(), what, e.what());
     int err = std::strstr(e.what(), std::strerror(ENOSPC)) ? ENOSPC : EIO;
@@ -128,7 +133,7 @@ bool dir_is_empty(int dirfd, const char *name) {
 
 int save_attrs(Fs &fs, Txn &t, const Inode &obj) {
   std::lock_guard g(t.mu);
-  return recording(t, "attributes", [&] {
+  return recording(fs, t, "attributes", [&] {
     save_attrs_locked(fs, t, obj);
     return 0;
   });
@@ -137,7 +142,7 @@ int save_attrs(Fs &fs, Txn &t, const Inode &obj) {
 int save_range(Fs &fs, Txn &t, const Inode &obj, uint64_t off, uint64_t len) {
   obj.txn_written = true;
   std::lock_guard g(t.mu);
-  return recording(t, "data", [&] {
+  return recording(fs, t, "data", [&] {
     save_attrs_locked(fs, t, obj);
     TouchedObject &o = t.objects[obj.nodeid];
     if (o.created || len == 0) return 0;
@@ -173,7 +178,7 @@ int save_truncate(Fs &fs, Txn &t, const Inode &obj, uint64_t size) {
 
 int save_xattrs(Fs &fs, Txn &t, const Inode &obj) {
   std::lock_guard g(t.mu);
-  return recording(t, "xattrs", [&] {
+  return recording(fs, t, "xattrs", [&] {
     save_attrs_locked(fs, t, obj);
     TouchedObject &o = t.objects[obj.nodeid];
     if (o.created || o.xattrs_saved) return 0;
@@ -190,7 +195,7 @@ int save_xattrs(Fs &fs, Txn &t, const Inode &obj) {
 int txn_make(Fs &fs, Txn &t, const Inode &parent, const char *name, mode_t mode,
              const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid) {
   std::lock_guard g(t.mu);
-  return recording(t, "creation", [&]() -> int {
+  return recording(fs, t, "creation", [&]() -> int {
     save_attrs_locked(fs, t, parent);
     note_before(fs, t, parent, name);
     UndoLog &log = log_of(fs, t);
@@ -217,6 +222,7 @@ int txn_make(Fs &fs, Txn &t, const Inode &parent, const char *name, mode_t mode,
       discard();
       return err;
     }
+    TXNFS_CRASH_POINT("txn.after_born");
     int ofd = ::openat(log.dir_fd(), tmp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (ofd < 0) {
       int err = errno;
@@ -244,7 +250,7 @@ int txn_make(Fs &fs, Txn &t, const Inode &parent, const char *name, mode_t mode,
 
 int txn_remove(Fs &fs, Txn &t, const Inode &parent, const char *name, bool is_dir) {
   std::lock_guard g(t.mu);
-  return recording(t, "removal", [&]() -> int {
+  return recording(fs, t, "removal", [&]() -> int {
     struct stat st;
     if (::fstatat(parent.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
     if (is_dir && !S_ISDIR(st.st_mode)) return ENOTDIR;
@@ -281,7 +287,7 @@ int txn_remove(Fs &fs, Txn &t, const Inode &parent, const char *name, bool is_di
 int txn_rename(Fs &fs, Txn &t, const Inode &parent, const char *name, const Inode &newparent,
                const char *newname, unsigned flags) {
   std::lock_guard g(t.mu);
-  return recording(t, "rename", [&]() -> int {
+  return recording(fs, t, "rename", [&]() -> int {
     struct stat sst, dst;
     if (::fstatat(parent.fd, name, &sst, AT_SYMLINK_NOFOLLOW) != 0) return errno;
     bool target = ::fstatat(newparent.fd, newname, &dst, AT_SYMLINK_NOFOLLOW) == 0;
@@ -350,7 +356,7 @@ int txn_rename(Fs &fs, Txn &t, const Inode &parent, const char *name, const Inod
 
 int txn_link(Fs &fs, Txn &t, const Inode &obj, const Inode &newparent, const char *newname) {
   std::lock_guard g(t.mu);
-  return recording(t, "link", [&]() -> int {
+  return recording(fs, t, "link", [&]() -> int {
     save_attrs_locked(fs, t, newparent);
     note_before(fs, t, newparent, newname);
     UndoStep s;

@@ -1,0 +1,98 @@
+#include "cli_recovery.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "crash_point.h"
+#include "error.h"
+#include "fsck.h"
+#include "metadb.h"
+#include "recover.h"
+#include "store.h"
+#include "undo_io.h"
+
+namespace txnfs::cli {
+
+namespace {
+
+RecoveryOptions printing_options(bool force) {
+  RecoveryOptions o;
+  o.force = force;
+  o.progress = [](const std::string &line) {
+    fmt::print(stderr, "{}\n", line);
+    std::fflush(stderr);
+  };
+  return o;
+}
+
+void print_report(const std::string &store, const RecoveryReport &rep) {
+  for (auto &f : rep.handle_fixes) fmt::print("handle table: {}\n", f);
+  for (auto &p : rep.problems) fmt::print("NOT RESTORED: {}\n", p);
+  fmt::print("{}: {}\n", store, recovery_summary(rep));
+}
+
+}  // namespace
+
+int recover_command(const std::string &store, bool force) {
+  StorePaths paths = StorePaths::of(store);
+  check_store_layout(paths);
+  StoreLock lock(paths);  // refuses a mounted store
+  auto db = MetaDb::open(paths.db);
+  RecoveryReport rep = recover_store(paths, *db, printing_options(force));
+  print_report(store, rep);
+  if (!rep.problems.empty()) {
+    fmt::print(stderr,
+               "txnfs: error: {} undo steps could not be applied: the files they name may "
+               "hold changes of rolled-back transactions (listed above)\n",
+               rep.problems.size());
+    return 1;
+  }
+  return 0;
+}
+
+int fsck_command(const std::string &store, bool repair) {
+  StorePaths paths = StorePaths::of(store);
+  if (repair) {
+    struct stat st;
+    // A missing backup area is the one piece of the layout a repair can make again.
+    if (::stat(paths.db.c_str(), &st) == 0 && ::stat(paths.tree.c_str(), &st) == 0 &&
+        ::stat(paths.backups.c_str(), &st) != 0 && errno == ENOENT) {
+      if (::mkdir(paths.backups.c_str(), 0700) != 0) throw_errno("mkdir " + paths.backups, errno);
+      fmt::print("repaired: recreated the missing backup area {} (undo logs of unfinished "
+                 "transactions that were in it are lost: their changes stay)\n",
+                 paths.backups);
+    }
+    check_store_layout(paths);
+    StoreLock lock(paths);  // refuses a mounted store
+    auto db = MetaDb::open(paths.db);
+    RecoveryReport rep = recover_store(paths, *db, printing_options(false));
+    if (rep.anything()) fmt::print("repaired: recovery {}\n", recovery_summary(rep));
+    for (auto &f : rep.handle_fixes) fmt::print("repaired: handle table: {}\n", f);
+    for (auto &p : rep.problems) fmt::print("NOT RESTORED: {}\n", p);
+    if (rep.handle_fixes.empty()) {
+      undo_io::Fd tree(::open(paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!tree) throw_errno("open " + paths.tree, tree.err());
+      for (auto &f : reconcile_handles(tree.fd(), *db))
+        fmt::print("repaired: handle table: {}\n", f);
+      db->sync();
+    }
+  }
+  FsckReport rep = fsck_store(paths);
+  for (auto &p : rep.problems) fmt::print("{}\n", p);
+  fmt::print("{}: {} handle rows, {} objects in the tree, {}\n", store, rep.rows, rep.objects,
+             rep.clean() ? "clean" : fmt::format("{} problems", rep.problems.size()));
+  return rep.clean() ? 0 : 1;
+}
+
+int crash_points_command() {
+  for (const auto &p : crash::kPoints) fmt::print("{}\t{}\t{}\n", p.name, p.where, p.tests);
+  return 0;
+}
+
+}  // namespace txnfs::cli

@@ -1,0 +1,22 @@
+// The recovery subcommands of the txnfs CLI (main.cc registers them):
+//
+//   txnfs recover STORE [--force]   roll back / finish what a crash left; print a summary
+//   txnfs fsck STORE [--repair]     check (and repair) database, tree and recovery state
+//   txnfs crash-points              (hidden) the crash-injection points, one per line
+//
+// Each returns the process exit status; Error propagates to main (exit 1, fsck 2).
+#pragma once
+#include <string>
+
+namespace txnfs::cli {
+
+// 0: recovered (or nothing to do); 1: steps could not be undone (--force), printed.
+int recover_command(const std::string &store, bool force);
+
+// 0 clean (after repair, with --repair), 1 problems remain (each printed).
+int fsck_command(const std::string &store, bool repair);
+
+// "NAME<TAB>WHERE<TAB>WHAT IT TESTS" per point; 0.
+int crash_points_command();
+
+}  // namespace txnfs::cli
