@@ -43,11 +43,22 @@ struct Fd {
   }
 };
 
-bool dir_is_empty(const std::string &dir) {
-  DIR *d = ::opendir(dir.c_str());
-  if (!d) return false;
+void fsync_path(const std::string &path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.fd < 0 || ::fsync(fd.fd) != 0) throw_errno("fsync " + path, errno);
+}
+
+}  // namespace
+
+bool dir_is_empty(int dirfd, const char *name) {
+  int fd = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *d = fd >= 0 ? ::fdopendir(fd) : nullptr;
+  if (!d) {
+    if (fd >= 0) ::close(fd);
+    return false;
+  }
   bool empty = true;
-  while (auto *e = ::readdir(d)) {
+  while (dirent *e = ::readdir(d)) {
     std::string_view n = e->d_name;
     if (n != "." && n != "..") {
       empty = false;
@@ -57,13 +68,6 @@ bool dir_is_empty(const std::string &dir) {
   ::closedir(d);
   return empty;
 }
-
-void fsync_path(const std::string &path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.fd < 0 || ::fsync(fd.fd) != 0) throw_errno("fsync " + path, errno);
-}
-
-}  // namespace
 
 bool supports_reflink(const std::string &dir) {
   Fd src(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
@@ -103,7 +107,7 @@ void init_store(const std::string &store, bool allow_copy_backups) {
     if (!S_ISDIR(st.st_mode)) throw Error(fmt::format("{} exists and is not a directory", p.root));
     if (::stat(p.internal.c_str(), &st) == 0)
       throw Error(fmt::format("{} is already a txnfs store", p.root));
-    if (!dir_is_empty(p.root))
+    if (!dir_is_empty(AT_FDCWD, p.root.c_str()))
       throw Error(fmt::format("{} is not empty", p.root),
                   "txnfs init needs a missing or empty directory");
   } else {

@@ -15,6 +15,9 @@ struct StorePaths {
   static StorePaths of(const std::string &store);
 };
 
+// True when the directory `name` in `dirfd` (AT_FDCWD: a path) has no entries.
+bool dir_is_empty(int dirfd, const char *name);
+
 // True when `dir`'s file system can clone file ranges (FICLONERANGE).
 bool supports_reflink(const std::string &dir);
 

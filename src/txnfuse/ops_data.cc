@@ -186,7 +186,9 @@ int xattr_source(Op &op, const Inode &i) {
   return fd >= 0 ? fd : -errno;
 }
 
-void op_getxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, size_t size) {
+// getxattr/listxattr: `call(path, buf, size)` on the xattr source of the object.
+template <typename Call>
+void read_xattrs(fuse_req_t req, fuse_ino_t nodeid, size_t size, Call call) {
   Op op(req);
   InodePtr i = inode_of(req, nodeid);
   int err = op.error() ? op.error() : !i ? ESTALE : 0;
@@ -194,26 +196,23 @@ void op_getxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, size_t siz
   int fd = err ? -err : xattr_source(op, *i);
   if (fd < 0) return (void)fuse_reply_err(req, -fd);
   std::vector<char> buf(size);
-  ssize_t n = ::getxattr(proc_path(fd).c_str(), name, size ? buf.data() : nullptr, size);
+  ssize_t n = call(proc_path(fd).c_str(), size ? buf.data() : nullptr, size);
   int e = errno;
   ::close(fd);
   errno = e;
   reply_xattr_result(req, size, n, buf);
 }
 
+void op_getxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, size_t size) {
+  read_xattrs(req, nodeid, size, [name](const char *path, char *buf, size_t len) {
+    return ::getxattr(path, name, buf, len);
+  });
+}
+
 void op_listxattr(fuse_req_t req, fuse_ino_t nodeid, size_t size) {
-  Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : 0;
-  if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
-  int fd = err ? -err : xattr_source(op, *i);
-  if (fd < 0) return (void)fuse_reply_err(req, -fd);
-  std::vector<char> buf(size);
-  ssize_t n = ::listxattr(proc_path(fd).c_str(), size ? buf.data() : nullptr, size);
-  int e = errno;
-  ::close(fd);
-  errno = e;
-  reply_xattr_result(req, size, n, buf);
+  read_xattrs(req, nodeid, size, [](const char *path, char *buf, size_t len) {
+    return ::listxattr(path, buf, len);
+  });
 }
 
 void op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, const char *value,

@@ -109,26 +109,6 @@ void note_before(Fs &fs, Txn &t, const Inode &dir, const char *name) {
   fs.pending.record(t.id(), dir.nodeid, name, std::move(b));
 }
 
-bool dir_is_empty(int dirfd, const char *name) {
-  int fd = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return false;
-  DIR *d = ::fdopendir(fd);
-  if (!d) {
-    ::close(fd);
-    return false;
-  }
-  bool empty = true;
-  while (dirent *e = ::readdir(d)) {
-    std::string_view n = e->d_name;
-    if (n != "." && n != "..") {
-      empty = false;
-      break;
-    }
-  }
-  ::closedir(d);
-  return empty;
-}
-
 }  // namespace
 
 int save_attrs(Fs &fs, Txn &t, const Inode &obj) {
