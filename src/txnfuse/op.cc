@@ -53,12 +53,15 @@ int Op::lock_entry(uint64_t dir, const char *name, bool write) {
   return lock(LockKey::entry(dir, name), write ? LockMode::X : LockMode::S);
 }
 
-void Op::set_timeouts(fuse_entry_param &e) const {
+void Op::set_timeouts(fuse_entry_param &e, bool changed_entry) const {
   if (e.ino) adjust(e.attr);
-  e.attr_timeout = attr_timeout();
-  e.entry_timeout = cacheable() ? fs_.opts.entry_timeout : 0;
+  e.attr_timeout = attr_timeout(e.ino);
+  e.entry_timeout = (txn_ && changed_entry) ? 0 : fs_.opts.entry_timeout;
 }
 
-double Op::attr_timeout() const { return cacheable() ? fs_.opts.attr_timeout : 0; }
+double Op::attr_timeout(uint64_t nodeid) const {
+  if (txn_ && txn_->touched(nodeid)) return 0;
+  return fs_.opts.attr_timeout;
+}
 
 }  // namespace txnfs

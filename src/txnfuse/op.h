@@ -42,9 +42,11 @@ class Op {
     if (txn_) txn_->adjust(st, fs_.nodeid_of(st.st_ino));
   }
 
-  // Fills cache lifetimes of a reply according to cacheable().
-  void set_timeouts(fuse_entry_param &e) const;
-  double attr_timeout() const;
+  // Cache lifetimes of a reply. What a transaction changed (`changed_entry`: the
+  // entry itself; and every object it touched) must not outlive it in a kernel cache;
+  // what it only read is committed state, which it keeps locked until it ends.
+  void set_timeouts(fuse_entry_param &e, bool changed_entry = false) const;
+  double attr_timeout(uint64_t nodeid) const;
 
  private:
   Fs &fs_;

@@ -176,19 +176,18 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
       else if (op.plain_isolated()) err = lookup_committed(fs, p, name, &e, &snapshot);
       else if (!(err = op.lock_entry(parent, name, false))) err = lookup_name(fs, p, name, false, &e);
       // What an open transaction may still change must not stay in kernel caches.
-      bool volatile_entry = snapshot;
+      bool volatile_entry = snapshot || (op.txn() && fs.pending.before(parent, name));
       if (!err && op.plain_isolated() && !committed_attrs(fs, e.ino, e.attr))
         volatile_entry = true;
       if (err == ENOENT) {  // negative entry: the kernel may cache the miss
         std::memset(&e, 0, sizeof e);
-        op.set_timeouts(e);
-        if (volatile_entry) e.entry_timeout = 0;
+        op.set_timeouts(e, volatile_entry);
         fuse_reply_entry(req, &e);
         return;
       }
       if (!err) {
-        op.set_timeouts(e);
-        if (volatile_entry) e.entry_timeout = e.attr_timeout = 0;
+        op.set_timeouts(e, volatile_entry);
+        if (volatile_entry) e.attr_timeout = 0;
         fuse_reply_entry(req, &e);
         return;
       }
@@ -221,7 +220,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
   if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
   if (!err) err = stat_fd(i->fd, &st);
   if (err) return (void)fuse_reply_err(req, err);
-  double timeout = op.attr_timeout();
+  double timeout = op.attr_timeout(nodeid);
   if (op.plain_isolated() && !committed_attrs(op.fs(), nodeid, st)) timeout = 0;
   op.adjust(st);
   fuse_reply_attr(req, &st, timeout);
@@ -260,7 +259,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
   struct stat st;
   if (int e = stat_fd(i->fd, &st)) return (void)fuse_reply_err(req, e);
   op.adjust(st);
-  fuse_reply_attr(req, &st, op.attr_timeout());
+  fuse_reply_attr(req, &st, op.attr_timeout(nodeid));
 }
 
 void op_readlink(fuse_req_t req, fuse_ino_t nodeid) {
@@ -319,7 +318,7 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
     err = EIO;
   }
   if (err && !op.txn()) ::unlinkat(parent->fd, name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
-  if (!err) op.set_timeouts(*e);
+  if (!err) op.set_timeouts(*e, true);
   return err;
 }
 
@@ -397,7 +396,7 @@ void op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent, const char
   fuse_entry_param e;
   fs.inodes.add_lookup_existing(i);
   fill_entry(fs, *i, st, &e);
-  op.set_timeouts(e);
+  op.set_timeouts(e, true);
   fuse_reply_entry(req, &e);
 }
 

@@ -78,7 +78,8 @@ struct Txn : LockOwner {
     uint64_t parent;
     std::string name;
   };
-  std::map<uint64_t, Unlinked> unlinked;  // by nodeid: names removed by the transaction
+  std::multimap<uint64_t, Unlinked> unlinked;  // by nodeid: every name the transaction
+                                               // removed (an object may lose several)
   struct RowName {
     uint64_t nodeid;
     std::optional<uint64_t> parent;
@@ -91,6 +92,11 @@ struct Txn : LockOwner {
   std::condition_variable idle;
 
   uint64_t id() const { return LockOwner::id(); }
+  // Has this transaction changed (or made) the object?
+  bool touched(uint64_t nodeid) {
+    std::lock_guard g(mu);
+    return objects.count(nodeid) != 0;
+  }
   // Corrects attributes this transaction reads for what its own log hides.
   void adjust(struct stat &st, uint64_t nodeid) {
     std::lock_guard g(mu);
