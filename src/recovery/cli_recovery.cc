@@ -31,21 +31,25 @@ RecoveryOptions printing_options(bool force) {
   return o;
 }
 
-void print_report(const std::string &store, const RecoveryReport &rep) {
-  for (auto &f : rep.handle_fixes) fmt::print("handle table: {}\n", f);
+void print_report(const std::string &store, const RecoveryReport &rep, bool verbose) {
+  for (size_t k = 0; k < rep.handle_fixes.size() && (verbose || k < 10); k++)
+    fmt::print("handle table: {}\n", rep.handle_fixes[k]);
+  if (!verbose && rep.handle_fixes.size() > 10)
+    fmt::print("handle table: ... and {} more changes (--verbose lists them)\n",
+               rep.handle_fixes.size() - 10);
   for (auto &p : rep.problems) fmt::print("NOT RESTORED: {}\n", p);
   fmt::print("{}: {}\n", store, recovery_summary(rep));
 }
 
 }  // namespace
 
-int recover_command(const std::string &store, bool force) {
+int recover_command(const std::string &store, bool force, bool verbose) {
   StorePaths paths = StorePaths::of(store);
   check_store_layout(paths);
   StoreLock lock(paths);  // refuses a mounted store
   auto db = MetaDb::open(paths.db);
   RecoveryReport rep = recover_store(paths, *db, printing_options(force));
-  print_report(store, rep);
+  print_report(store, rep, verbose);
   if (!rep.problems.empty()) {
     fmt::print(stderr,
                "txnfs: error: {} undo steps could not be applied: the files they name may "

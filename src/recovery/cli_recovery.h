@@ -1,6 +1,7 @@
 // The recovery subcommands of the txnfs CLI (main.cc registers them):
 //
-//   txnfs recover STORE [--force]   roll back / finish what a crash left; print a summary
+//   txnfs recover STORE [--force] [--verbose]
+//                                   roll back / finish what a crash left; print a summary
 //   txnfs fsck STORE [--repair]     check (and repair) database, tree and recovery state
 //   txnfs crash-points              (hidden) the crash-injection points, one per line
 //
@@ -11,7 +12,7 @@
 namespace txnfs::cli {
 
 // 0: recovered (or nothing to do); 1: steps could not be undone (--force), printed.
-int recover_command(const std::string &store, bool force);
+int recover_command(const std::string &store, bool force, bool verbose = false);
 
 // 0 clean (after repair, with --repair), 1 problems remain (each printed).
 int fsck_command(const std::string &store, bool repair);

@@ -30,11 +30,11 @@ inline constexpr Point kPoints[] = {
     {"undo.after_log_dir", "undo_log.cc, UndoLog::create: the log directory exists, empty",
      "an empty log: recovery removes it"},
     {"undo.after_backup",
-     "undo_log.cc, backup_range / snapshot_xattrs: the data object <seq>.d is written, its "
+     "undo_log.cc, backup_range / snapshot_xattrs: the data object `<seq>.d` is written, its "
      "record not yet",
      "a data object without a record: undo ignores it, removal of the log takes it"},
     {"txn.after_born",
-     "txn_undo.cc, txn_make: the new object exists as <seq>.d in the log, its Created record "
+     "txn_undo.cc, txn_make: the new object exists as `<seq>.d` in the log, its Created record "
      "not yet",
      "a new object without a record: removal of the log takes it, the tree never saw it"},
     {"undo.after_record",
@@ -59,9 +59,9 @@ inline constexpr Point kPoints[] = {
      "txn.cc, durable_commit: the WAL is synced, no caller has its reply yet",
      "a durable commit record without a reply: the transaction is present"},
     {"commit.after_rows",
-     "txn.cc, finish: committed, handle rows of removed objects updated, log not yet queued "
-     "for removal",
-     "a committed log left whole: recovery discards it (never undoes it)"},
+     "txn.cc, finish: committed; handle rows of removed objects updated and their stashed "
+     "objects unlinked from the log; the rest of the log not yet queued for removal",
+     "a committed log left (partly) whole: recovery discards it, never undoes it"},
     {"abort.mid_undo", "txn.cc, finish (abort): before each undo step (UndoContext::before_step)",
      "an abort cut off part-way: recovery undoes the rest, repeating steps idempotently"},
     {"abort.after_undo",

@@ -35,9 +35,17 @@ struct Object {
 using Objects = std::unordered_map<uint64_t, Object>;
 
 // Every object of the tree by backing inode number (first path found for hard links).
+// Reads directories with O_NOATIME: recovery (which reconciles after restoring every
+// directory's times) and fsck must not move them.
+int open_dir_noatime(int dirfd) {
+  int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOATIME);
+  if (fd < 0 && errno == EPERM) fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return fd;
+}
+
 void walk(int dirfd, const std::string &path, uint64_t dir_ino, Objects &out,
           std::vector<std::string> &problems) {
-  int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int fd = open_dir_noatime(dirfd);
   DIR *d = fd >= 0 ? ::fdopendir(fd) : nullptr;
   if (!d) {
     problems.push_back(fmt::format("cannot read directory {}: {}", path, std::strerror(errno)));

@@ -354,15 +354,20 @@ void MetaDb::transaction(const std::function<void()> &fn) {
   exec("COMMIT");
 }
 
+// Syncs through SQLite's own file objects. Opening and closing another fd of the
+// database or its WAL would drop this process's POSIX (fcntl) locks on it: the next
+// other connection to close (sqlite3, txnfs fsck) would then think it was the last,
+// checkpoint, and delete the WAL and shm files under this connection, whose later
+// commits would go to a deleted file and be lost at the next crash or unmount.
 void MetaDb::sync() {
   std::lock_guard g(mu_);
-  for (const char *suffix : {"-wal", ""}) {
-    int fd = ::open((path_ + suffix).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    int rc = ::fdatasync(fd);
-    int err = errno;
-    ::close(fd);
-    if (rc != 0) throw_errno("fsync of " + path_ + suffix, err);
+  for (int op : {SQLITE_FCNTL_JOURNAL_POINTER, SQLITE_FCNTL_FILE_POINTER}) {
+    sqlite3_file *f = nullptr;
+    if (sqlite3_file_control(db_, "main", op, &f) != SQLITE_OK || !f || !f->pMethods) continue;
+    int rc = f->pMethods->xSync(f, SQLITE_SYNC_NORMAL);
+    if (rc != SQLITE_OK)
+      throw Error(fmt::format("fsync of {}{}: {}", path_,
+                              op == SQLITE_FCNTL_JOURNAL_POINTER ? "-wal" : "", sqlite3_errstr(rc)));
   }
 }
 

@@ -13,6 +13,7 @@ void Invalidator::stop() {
     stop_ = true;
   }
   cv_.notify_all();
+  sent_cv_.notify_all();
   if (t_.joinable()) t_.join();
 }
 
@@ -21,6 +22,7 @@ void Invalidator::inode(uint64_t nodeid) {
   {
     std::lock_guard g(mu_);
     q_.push_back({nodeid, {}});
+    queued_++;
   }
   cv_.notify_one();
 }
@@ -30,8 +32,15 @@ void Invalidator::entry(uint64_t parent, const std::string &name) {
   {
     std::lock_guard g(mu_);
     q_.push_back({parent, name});
+    queued_++;
   }
   cv_.notify_one();
+}
+
+void Invalidator::flush() {
+  std::unique_lock g(mu_);
+  uint64_t upto = queued_;
+  sent_cv_.wait(g, [&] { return stop_ || sent_ >= upto; });
 }
 
 void Invalidator::loop() {
@@ -48,6 +57,8 @@ void Invalidator::loop() {
     else
       fuse_lowlevel_notify_inval_entry(se_, it.node, it.name.c_str(), it.name.size());
     g.lock();
+    sent_++;
+    sent_cv_.notify_all();
   }
 }
 

@@ -20,6 +20,12 @@ class Invalidator {
   void stop();
   void inode(uint64_t nodeid);
   void entry(uint64_t parent, const std::string &name);
+  // Waits until everything queued before the call has been sent to the kernel. A
+  // transaction's commit or abort calls it (after releasing its locks) before it
+  // replies, so that the caller's next request cannot meet a dentry the transaction
+  // left stale (after an aborted rename, the old name would still lead to the moved
+  // object, and a write to it would land in the wrong file).
+  void flush();
 
  private:
   struct Item {
@@ -31,6 +37,8 @@ class Invalidator {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> q_;
+  uint64_t queued_ = 0, sent_ = 0;  // items ever queued / ever sent
+  std::condition_variable sent_cv_;
   bool stop_ = false;
   std::thread t_;
 };

@@ -91,6 +91,8 @@ int main(int argc, char **argv) {
   recover->add_flag("--force", force,
                     "also roll back undo logs that are damaged, skipping the steps that "
                     "cannot be applied (they are listed)");
+  bool verbose = false;
+  recover->add_flag("-v,--verbose", verbose, "list every handle-table correction");
   recover->footer("Exit status: 0 recovered or nothing to do, 1 error or steps not restored.");
 
   auto *crash_points = app.add_subcommand("crash-points", "List the crash-injection points");
@@ -120,7 +122,7 @@ int main(int argc, char **argv) {
     }
     if (*umount) return cmd_umount(mountpoint);
     if (*fsck) return cli::fsck_command(store, repair);
-    if (*recover) return cli::recover_command(store, force);
+    if (*recover) return cli::recover_command(store, force, verbose);
     if (*crash_points) return cli::crash_points_command();
   } catch (const Error &e) {
     fmt::print(stderr, "txnfs: error: {}\n", e.what());

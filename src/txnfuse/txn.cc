@@ -362,6 +362,10 @@ int TxnManager::finish(TxnPtr t, bool commit) {
       fs_.inval.inode(dir);  // also drops the kernel's cached listing of dir
     }
   }
+  // Before the caller hears the outcome: its next request must not find a name the
+  // kernel still maps to what it meant inside the transaction (locks are released,
+  // so no request the invalidations wait for is waiting for us).
+  fs_.inval.flush();
   unbind(*t);
   return err;
 }

@@ -240,8 +240,10 @@ int txn_remove(Fs &fs, Txn &t, const Inode &parent, const char *name, bool is_di
     t.entries.insert({parent.nodeid, name});
     note_before(fs, t, parent, name);
     auto known = t.objects.find(nodeid);
-    if (known != t.objects.end() && known->second.created) {
-      // Made by this transaction: its Created step already undoes it.
+    if (known != t.objects.end() && known->second.created && !is_dir) {
+      // A file made by this transaction: its Created step already undoes it. (A
+      // directory it made is stashed like any other: undoing the steps that moved
+      // objects out of it puts them back into it, so it must exist again by then.)
       if (::unlinkat(parent.fd, name, is_dir ? AT_REMOVEDIR : 0) != 0) return errno;
       if (is_dir || st.st_nlink <= 1) fs.db->remove_handle(nodeid);
       return 0;
@@ -258,7 +260,7 @@ int txn_remove(Fs &fs, Txn &t, const Inode &parent, const char *name, bool is_di
     s.flags = is_dir ? 1 : 0;
     uint64_t seq = 0;
     if (int err = log_of(fs, t).stash(parent.fd, name, s, &seq)) return err;
-    t.unlinked[nodeid] = {step_name(seq) + ".d", parent.nodeid, name};
+    t.unlinked.emplace(nodeid, Txn::Unlinked{step_name(seq) + ".d", parent.nodeid, name});
     if (!is_dir) t.objects[nodeid].stashed++;
     return 0;
   });
@@ -322,12 +324,13 @@ int txn_rename(Fs &fs, Txn &t, const Inode &parent, const char *name, const Inod
     }
     uint64_t victim = fs.nodeid_of(dst.st_ino);
     auto known = t.objects.find(victim);
-    if (known != t.objects.end() && known->second.created) {
-      // A displaced object this transaction made needs no keeping.
+    if (known != t.objects.end() && known->second.created && !S_ISDIR(dst.st_mode)) {
+      // A displaced file this transaction made needs no keeping (a directory does:
+      // see txn_remove).
       ::unlinkat(log.dir_fd(), stash.c_str(), S_ISDIR(dst.st_mode) ? AT_REMOVEDIR : 0);
       if (S_ISDIR(dst.st_mode) || dst.st_nlink <= 1) fs.db->remove_handle(victim);
     } else {
-      t.unlinked[victim] = {stash, newparent.nodeid, newname};
+      t.unlinked.emplace(victim, Txn::Unlinked{stash, newparent.nodeid, newname});
       if (!S_ISDIR(dst.st_mode)) t.objects[victim].stashed++;
     }
     return 0;

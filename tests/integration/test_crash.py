@@ -1,0 +1,100 @@
+"""Crash tests (issue 4): the harness of tests/crash/ at a size for every test run.
+
+Three runs of tests/crash (crashlib.Runner), each on its own XFS image and store, with a
+concurrent transactional workload of 4 threads:
+
+  * kill    35 crashes by kill -9 of the daemon at a random moment;
+  * power   35 power cuts (xfs_io shutdown without -f, image unmounted and mounted again);
+  * inject  every crash-injection point of `txnfs crash-points` at least once, then more
+            at random (35 crashes in all; points of recovery itself crash the recovery
+            that follows a kill -9).
+
+After every crash: acknowledged commits present, the rest all-or-nothing (present
+exactly when the commit record was durable), fsck clean, no backups left, the store
+works. A failure names the seed and crash; replay with
+    tests/crash/run --seed SEED --points N --kind KIND
+The seed is fixed unless $TXNFS_CRASH_SEED says otherwise ("random" for a new one);
+$TXNFS_CRASH_POINTS changes the number of crashes per kind. Bigger runs:
+tests/crash/run --points 1000 (or bench/crash-soak).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "crash"))
+
+import crashlib  # noqa: E402
+
+POINTS = int(os.environ.get("TXNFS_CRASH_POINTS", "35"))
+
+
+def _seed(kind: str) -> int:
+    s = os.environ.get("TXNFS_CRASH_SEED", "")
+    if s == "random":
+        return random.SystemRandom().randrange(1 << 32)
+    base = int(s) if s else 20261121
+    return base + {"kill": 1, "power": 2, "inject": 3}[kind]
+
+
+@pytest.mark.parametrize("kind", ["kill", "power", "inject"])
+def test_crash(kind, capsys, tmp_path):
+    seed = _seed(kind)
+    lines = []
+    # under pytest's own temp directory: logs and journal of a failure stay for a look
+    r = crashlib.Runner(seed, kind, threads=4, log=lines.append, workdir=tmp_path / "crash")
+    npoints = len(r.points)
+    n = max(POINTS, npoints + 5) if kind == "inject" else POINTS
+    failure = None
+    try:
+        r.run(n)
+    except crashlib.Violation as e:
+        failure = str(e)
+    finally:
+        problems = r.close()
+    summary = r.stats.summary(npoints)
+    with capsys.disabled():
+        sys.stderr.write(f"\n[crash {kind}] seed {seed}\n{summary}\n")
+        for e in r.stats.workload_errors[:10]:
+            sys.stderr.write(f"  workload error: {e}\n")
+    replay = f"replay: tests/crash/run --seed {seed} --points {n} --kind {kind}"
+    assert failure is None, f"{failure}\n{summary}\n{replay}"
+    assert not r.stats.violations, "\n".join(r.stats.violations) + f"\n{replay}"
+    assert not problems, f"cleanup: {problems}"
+    # Known and reported, not a crash-consistency matter: after an abort, the next
+    # transaction of the same thread can meet a stale kernel dentry (ESTALE), because the
+    # abort's cache invalidations run asynchronously. Shown above, not failed on.
+    unexpected = [e for e in r.stats.workload_errors if "ESTALE" not in e]
+    assert not unexpected, (
+        "operations failed although nothing had crashed yet:\n  "
+        + "\n  ".join(unexpected[:20]) + f"\n{replay}")
+    assert sum(r.stats.by_kind.values()) == n
+    if kind == "inject":
+        missing = sorted(set(r.points) - set(r.stats.points_hit))
+        assert not missing, f"crash points never reached: {missing}\n{summary}\n{replay}"
+
+
+def test_crash_points_are_documented():
+    """docs/crash-model.md carries the generated table of `txnfs crash-points`."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "crash-model.md").read_text()
+    begin = doc.index("<!-- crash-points:begin")
+    begin = doc.index("\n", begin) + 1
+    end = doc.index("<!-- crash-points:end -->")
+    assert doc[begin:end].strip() == crashlib.points_markdown().strip(), (
+        "the crash-point table in docs/crash-model.md is out of date: regenerate it with "
+        "tests/crash/run --list-points --markdown")
+
+
+def test_crash_at_is_checked():
+    """An unknown point or a bad count in TXNFS_CRASH_AT makes every command refuse."""
+    import subprocess
+    import txnfs_lib as tl
+    for bad in ("no.such.point:1", "txn.after_begin:0", "txn.after_begin:x"):
+        p = subprocess.run([tl.txnfs_bin(), "crash-points"], capture_output=True, text=True,
+                           env={**os.environ, "TXNFS_CRASH_AT": bad})
+        assert p.returncode == 1 and "TXNFS_CRASH_AT" in p.stderr, (bad, p.stderr)

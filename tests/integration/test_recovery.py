@@ -1,0 +1,391 @@
+"""Crash recovery from the command line (issue 4): `txnfs recover`, `txnfs fsck` on
+recovery state and `fsck --repair`, and bad input -- a database of a newer schema, a
+truncated or corrupt database, a missing internal area, a backup deleted behind txnfs's
+back. Each gets a clear error or a documented repair; none loses committed data
+silently. (The crash-test harness itself: test_crash.py, tests/crash/.)"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+import snapshot as S
+import txnfs_lib as tl
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+class OpenTxn:
+    """A transaction begun on a thread of its own, which runs `body(mnt)` in it and then
+    stays alive (so the transaction stays open) until .end(commit=...) or .release()."""
+
+    def __init__(self, mnt, body):
+        self.mnt = mnt
+        self.result = {}
+        self._ready = threading.Event()
+        self._go = threading.Event()
+        self._action = None
+        self._t = threading.Thread(target=self._run, args=(body,), daemon=True)
+        self._t.start()
+        assert self._ready.wait(60), "the transaction's body did not finish"
+        if "error" in self.result:
+            raise self.result["error"]
+        self.id = self.result["id"]
+
+    def _run(self, body):
+        try:
+            self.result["id"] = tl.txn_begin(self.mnt)
+            body(Path(self.mnt))
+        except BaseException as e:  # noqa: BLE001
+            self.result["error"] = e
+        self._ready.set()
+        self._go.wait()
+        if self._action == "commit":
+            self.result["rc"] = tl.txn_commit(self.mnt, self.id)
+        elif self._action == "abort":
+            self.result["rc"] = tl.txn_abort(self.mnt, self.id)
+
+    def end(self, action) -> int:
+        self._action = action
+        self._go.set()
+        self._t.join(60)
+        return self.result.get("rc")
+
+    def release(self):
+        """Let the thread go without ending the transaction (after the daemon died)."""
+        self.end(None)
+
+
+def populate(root: Path):
+    (root / "dir").mkdir()
+    (root / "dir" / "data.bin").write_bytes(os.urandom(100_000))
+    (root / "keep.txt").write_bytes(b"committed before the crash\n" * 100)
+    (root / "victim").write_bytes(b"removed by the transaction\n")
+    os.setxattr(root / "keep.txt", "user.tag", b"v1")
+
+
+def changes(m: Path):
+    """A transaction's worth of mixed changes to what populate() made."""
+    with open(m / "dir" / "data.bin", "r+b") as f:
+        f.seek(5000)
+        f.write(b"X" * 20000)
+    with open(m / "new.txt", "wb") as f:
+        f.write(b"created in the transaction")
+    os.rename(m / "keep.txt", m / "dir" / "moved.txt")
+    os.unlink(m / "victim")
+    os.mkdir(m / "newdir")
+    os.setxattr(m / "dir" / "moved.txt", "user.tag", b"v2")
+    os.chmod(m / "dir", 0o700)
+
+
+def crash_with_open_txn(mnt, body=changes) -> int:
+    """Runs `body` in a transaction, kill -9s the daemon while it is open; returns its id."""
+    t = OpenTxn(mnt.path, body)
+    mnt.kill9()
+    t.release()
+    return t.id
+
+
+def recover(store, *extra):
+    return tl.txnfs("recover", store.path, *extra, timeout=300)
+
+
+def fsck(store, *extra):
+    return tl.txnfs("fsck", store.path, *extra, timeout=300)
+
+
+def assert_error(p, *patterns, code=None, what=""):
+    out = tl.output_of(p)
+    assert p.returncode != 0, f"{what}: expected failure, got exit 0\n{out}"
+    if code is not None:
+        assert p.returncode == code, f"{what}: exit {p.returncode}, expected {code}\n{out}"
+    assert "txnfs: error:" in p.stderr, f"{what}: no 'txnfs: error:' on stderr:\n{out}"
+    for pat in patterns:
+        assert re.search(pat, p.stderr, re.I), f"{what}: stderr lacks /{pat}/:\n{p.stderr}"
+
+
+def store_files(store) -> dict:
+    """Everything of the store, to show a refused command changed nothing: every file,
+    and the database by content (SQLite may fold its WAL into the main file whenever a
+    connection closes, which changes the files but not what they hold)."""
+    files = {k: v for k, v in S.snapshot(store.path, handles=False).items()   # (O_NOATIME)
+             if not k.startswith(".txnfs/meta.db") and k not in (".", ".txnfs")}
+    for k, v in files.items():     # reading the internal area moves its atimes: noise
+        if k.startswith(".txnfs/"):
+            v.pop("atime_ns", None)
+    for k in (".", ".txnfs"):      # whose entries list the database's files
+        files[k] = {f: v for f, v in S.snapshot(store.path, handles=False)[k].items()
+                    if f not in ("entries", "mtime_ns", "atime_ns", "nlink")}
+    try:
+        rows = {t: store.query(f"SELECT * FROM {t} ORDER BY 1") for t in ("handles", "txns", "meta")}
+    except Exception as e:  # noqa: BLE001 - a damaged database: compare its bytes
+        rows = {"unreadable": repr(type(e)),
+                "bytes": tl.hash_tree(store.internal).get("meta.db")}
+    return {"files": files, "db": rows}
+
+
+def assert_unchanged(store, state, what):
+    now = store_files(store)
+    d = S.diff(state["files"], now["files"])
+    assert not d, f"{what} changed the store's files:\n  " + "\n  ".join(d)
+    assert now["db"] == state["db"], f"{what} changed the database"
+
+
+# --------------------------------------------------------------------------
+# txnfs recover
+# --------------------------------------------------------------------------
+
+def test_recover_fresh_store_has_nothing_to_do(store):
+    for _ in range(2):
+        p = recover(store)
+        assert p.returncode == 0, tl.output_of(p)
+        assert "nothing to recover" in p.stdout, p.stdout
+
+
+def test_recover_rolls_back_a_killed_transaction_and_is_idempotent(mnt):
+    populate(mnt.path)
+    mnt.umount()
+    before = S.snapshot(mnt.store.tree, handles=False)
+    mnt.mount()
+    txid = crash_with_open_txn(mnt)
+
+    # fsck sees the unfinished transaction and says what recovery will do
+    p = fsck(mnt.store)
+    assert p.returncode == 1, tl.output_of(p)
+    assert re.search(rf"backups/{txid}\b.*unfinished transaction {txid}.*rolls it back", p.stdout), p.stdout
+
+    p = recover(mnt.store)
+    assert p.returncode == 0, tl.output_of(p)
+    assert re.search(r"rolled back 1 transaction \((\d+) operations undone", p.stdout), p.stdout
+    m = re.search(r"(\d+) bytes restored", p.stdout)
+    assert m and int(m.group(1)) >= 20000, p.stdout
+    S.assert_same(before, S.snapshot(mnt.store.tree, handles=False), "after txnfs recover")
+    assert not S.backups_left(mnt.store)
+
+    p = recover(mnt.store)            # again: nothing left to do
+    assert p.returncode == 0 and "nothing to recover" in p.stdout, tl.output_of(p)
+    p = fsck(mnt.store)
+    assert p.returncode == 0, tl.output_of(p)
+    mnt.mount()
+    assert (mnt.path / "keep.txt").read_bytes() == b"committed before the crash\n" * 100
+    assert not (mnt.path / "new.txt").exists()
+
+
+def test_mount_recovers_by_itself(mnt):
+    populate(mnt.path)
+    mnt.umount()
+    before = S.snapshot(mnt.store.tree, handles=False)
+    mnt.mount()
+    crash_with_open_txn(mnt)
+    mnt.mount()                          # runs recovery before serving
+    mnt.umount()
+    S.assert_same(before, S.snapshot(mnt.store.tree, handles=False), "after mount")
+    mnt.mount()
+
+
+def test_recover_refuses_a_mounted_store(mnt):
+    before = store_files(mnt.store)
+    p = recover(mnt.store)
+    assert_error(p, r"already mounted", code=1, what="recover of a mounted store")
+    p = fsck(mnt.store, "--repair")
+    assert_error(p, r"already mounted", code=2, what="fsck --repair of a mounted store")
+    (mnt.path / "still-works").write_bytes(b"yes")
+
+
+def test_recover_finishes_a_committed_log(mnt):
+    """A log whose commit record is durable is discarded, never undone."""
+    populate(mnt.path)
+    t = OpenTxn(mnt.path, changes)
+    assert t.end("commit") == 0
+    mnt.umount()
+    after_commit = S.snapshot(mnt.store.tree, handles=False)
+    # make it look like a crash right after the commit record: the log is back...
+    log = mnt.store.internal / "backups" / "424242"
+    log.mkdir()
+    os.symlink("1 A 1 garbage-that-recovery-must-not-undo", log / ("0" * 15 + "1"))
+    mnt.store.execute("INSERT INTO txns(id, state, uid, pid, flags) VALUES (424242, 'committed', 0, 1, 0)")
+    p = recover(mnt.store)
+    assert p.returncode == 0, tl.output_of(p)
+    assert "finished 1 committed one" in p.stdout, p.stdout
+    S.assert_same(after_commit, S.snapshot(mnt.store.tree, handles=False), "after recover")
+    assert fsck(mnt.store).returncode == 0
+    mnt.mount()
+
+
+# --------------------------------------------------------------------------
+# fsck: recovery state, --repair
+# --------------------------------------------------------------------------
+
+def test_fsck_reports_logs_without_records_and_records_without_logs(mnt):
+    populate(mnt.path)
+    txid = crash_with_open_txn(mnt)
+    store = mnt.store
+    store.execute("DELETE FROM txns")                    # a log without its record
+    store.execute("INSERT INTO txns(id, state, uid, pid, flags) VALUES (777, 'active', 0, 1, 0)")
+    p = fsck(store)
+    out = tl.output_of(p)
+    assert p.returncode == 1, out
+    assert re.search(rf"backups/{txid} .*has no transaction record", out), out
+    assert re.search(r"transaction record 777 \(active\) has no undo log", out), out
+    p = fsck(store, "--repair")
+    assert p.returncode == 0, tl.output_of(p)
+    assert "repaired: recovery rolled back 1 transaction" in p.stdout, p.stdout
+    assert p.stdout.rstrip().endswith("clean"), p.stdout
+    mnt.mount()
+    assert not (mnt.path / "new.txt").exists()
+    assert (mnt.path / "victim").exists()
+
+
+def test_fsck_repair_fixes_the_handle_table(mnt):
+    populate(mnt.path)
+    (mnt.path / "a").write_bytes(b"a")
+    (mnt.path / "b").write_bytes(b"b")
+    ino_a = os.stat(mnt.path / "a").st_ino
+    ino_b = os.stat(mnt.path / "b").st_ino
+    mnt.umount()
+    store = mnt.store
+    store.execute("DELETE FROM handles WHERE nodeid = ?", (ino_a,))             # missing row
+    os.unlink(store.tree / "victim")                                            # vanished object
+    store.execute("UPDATE handles SET name = 'wrong' WHERE nodeid = ?", (ino_b,))  # wrong name
+    p = fsck(store)
+    assert p.returncode == 1, tl.output_of(p)
+    assert len(p.stdout.strip().splitlines()) >= 4, p.stdout
+    p = fsck(store, "--repair")
+    assert p.returncode == 0, tl.output_of(p)
+    out = p.stdout
+    assert re.search(r"added a row for /a\b", out), out
+    assert re.search(r"deleted row .*victim", out), out
+    assert re.search(r"name wrong .*recorded name set to /b", out), out
+    assert store.handle_row(ino_b)["name"] == "b"
+    assert store.handle_row(ino_a)["name"] == "a"
+    mnt.mount()
+    assert (mnt.path / "a").read_bytes() == b"a"
+
+
+# --------------------------------------------------------------------------
+# bad input
+# --------------------------------------------------------------------------
+
+def test_newer_schema_is_refused_everywhere(store, xfs):
+    store.execute("PRAGMA user_version = 99")
+    before = store_files(store)
+    for args, code in ((("recover",), 1), (("fsck",), 2), (("fsck", "--repair"), 2)):
+        p = tl.txnfs(*args, store.path)
+        assert_error(p, r"schema version 99", r"newer txnfs", code=code, what=" ".join(args))
+    assert_unchanged(store, before, "a refused command")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_damaged_database_is_refused_everywhere(store, xfs, damage):
+    db = store.db
+    data = db.read_bytes()
+    assert len(data) >= 8192
+    if damage == "truncated":
+        db.write_bytes(data[: len(data) // 2 + 100])
+    else:
+        # keep the header (a valid SQLite file), garble the pages after it
+        db.write_bytes(data[:4096] + os.urandom(len(data) - 4096))
+    before = store_files(store)
+    mp = xfs.tmp / "m"
+    mp.mkdir()
+    for args, code in ((("recover", store.path), 1), (("fsck", store.path), 2),
+                       (("fsck", store.path, "--repair"), 2),
+                       (("mount", store.path, mp), 1)):
+        p = tl.txnfs(*args)
+        if tl.is_mounted(mp):
+            tl.run(["fusermount3", "-u", mp])
+            pytest.fail(f"txnfs mount of a {damage} database succeeded")
+        assert_error(p, r"meta\.db", r"corrupt|unreadable|malformed|not a database",
+                     code=code, what=f"{args[0]} with a {damage} database")
+    assert_unchanged(store, before, "a refused command")
+
+
+def test_missing_internal_area_is_refused_everywhere(store):
+    shutil.rmtree(store.internal)
+    for args, code in ((("recover",), 1), (("fsck",), 2), (("fsck", "--repair"), 2)):
+        p = tl.txnfs(*args, store.path)
+        assert_error(p, r"not a txnfs store", r"\.txnfs", code=code, what=" ".join(args))
+    assert not store.internal.exists()
+
+
+def test_missing_backup_area_is_repaired(mnt, xfs):
+    populate(mnt.path)
+    mnt.umount()
+    store = mnt.store
+    (store.internal / "backups").rmdir()
+    (xfs.tmp / "m2").mkdir()
+    p = tl.txnfs("mount", store.path, xfs.tmp / "m2")
+    assert not tl.is_mounted(xfs.tmp / "m2")
+    assert_error(p, r"backups is missing", r"fsck STORE --repair", what="mount without backups/")
+    assert_error(recover(store), r"backups is missing", what="recover without backups/")
+    p = fsck(store, "--repair")
+    assert p.returncode == 0, tl.output_of(p)
+    assert "recreated the missing backup area" in p.stdout, p.stdout
+    mnt.mount()
+    assert (mnt.path / "keep.txt").exists()
+
+
+def _data_objects(store, txid):
+    log = store.internal / "backups" / str(txid)
+    out = []
+    for rec in sorted(log.iterdir()):
+        if rec.is_symlink() and os.readlink(rec).split()[1] == "D":
+            out.append(log / (rec.name + ".d"))
+    return out
+
+
+def test_deleted_backup_after_a_crash_is_refused_then_forced(mnt):
+    populate(mnt.path)
+    mnt.umount()
+    before = S.snapshot(mnt.store.tree, handles=False)
+    mnt.mount()
+    txid = crash_with_open_txn(mnt)
+    store = mnt.store
+    objs = _data_objects(store, txid)
+    assert objs, "the transaction backed no data up"
+    objs[0].unlink()                                  # behind txnfs's back
+    state = store_files(store)
+
+    # mount and recover refuse, naming the damage, and change nothing
+    mp = mnt.path
+    p = tl.txnfs("mount", store.path, mp)
+    assert not tl.is_mounted(mp)
+    assert_error(p, r"undo logs are damaged", re.escape(objs[0].name) + r" is missing",
+                 r"recover --force", code=1, what="mount with a deleted backup")
+    assert_error(recover(store), r"undo logs are damaged", code=1, what="recover")
+    assert_unchanged(store, state, "a refused recovery")
+    p = fsck(store)
+    assert p.returncode == 1 and re.search(r"is damaged: .*is missing", p.stdout), tl.output_of(p)
+
+    # --force rolls back everything else and says what it could not restore
+    p = recover(store, "--force")
+    assert p.returncode == 1, tl.output_of(p)
+    assert re.search(r"NOT RESTORED: transaction \d+: .*is missing", p.stdout), p.stdout
+    after = S.snapshot(store.tree, handles=False)
+    diff = S.diff(before, after)
+    # only data.bin (whose backed-up range is lost) and its directory's times may differ
+    assert all(d.startswith(("dir/data.bin:", "dir:")) for d in diff), diff
+    assert (store.tree / "keep.txt").exists() and not (store.tree / "new.txt").exists()
+    assert fsck(store).returncode == 0
+    mnt.mount()
+
+
+def test_deleted_backup_of_an_open_transaction_fails_its_abort(mnt):
+    populate(mnt.path)
+    t = OpenTxn(mnt.path, changes)
+    objs = _data_objects(mnt.store, t.id)
+    assert objs
+    objs[0].unlink()
+    rc = t.end("abort")
+    assert rc == -5, f"abort with a deleted backup returned {rc}, not -EIO"   # never silent
+    # everything else was rolled back; the store goes on working
+    assert (mnt.path / "keep.txt").exists() and not (mnt.path / "new.txt").exists()
+    (mnt.path / "after").write_bytes(b"works")
+    assert (mnt.path / "after").read_bytes() == b"works"
