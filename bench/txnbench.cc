@@ -64,47 +64,20 @@
 
 extern char **environ;
 
+#include "bench_util.h"
+
 namespace {
+
+using namespace bench;
 
 namespace fsys = std::filesystem;
 
 // ---- small helpers (same conventions as fsbench.cc) ---------------------------------
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_signal(int) { g_interrupted.store(true); }
-
-struct Interrupted : std::runtime_error {
-    Interrupted() : std::runtime_error("interrupted") {}
-};
-
-void check_interrupt() {
-    if (g_interrupted.load(std::memory_order_relaxed)) throw Interrupted();
-}
-
-[[noreturn]] void sys_fail(const std::string &what, const std::string &path) {
-    int e = errno;
-    throw std::system_error(e, std::generic_category(), fmt::format("{} {}", what, path));
-}
 
 [[noreturn]] void fail(const std::string &msg) { throw std::runtime_error(msg); }
 
-double now_mono() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
 
-std::string fs_type_name(const std::string &path) {
-    struct statfs sf {};
-    if (statfs(path.c_str(), &sf) != 0) return "?";
-    switch (static_cast<uint64_t>(sf.f_type)) {
-    case 0x58465342: return "xfs";
-    case 0x65735546: return "fuse";
-    case 0xEF53: return "ext4";
-    case 0x01021994: return "tmpfs";
-    default: return fmt::format("0x{:x}", static_cast<uint64_t>(sf.f_type));
-    }
-}
 
 double median(std::vector<double> v) {
     if (v.empty()) return 0;
