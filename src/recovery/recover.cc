@@ -68,7 +68,7 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
     auto now = Clock::now();
     if (!force_line && now - last < std::chrono::seconds(1)) return;
     last = now;
-    opts.progress(fmt::format("recovery: transaction {} ({} of {}): {} of {} steps undone, "
+    opts.progress(fmt::format("recovery: transaction {} ({} of {}): step {} of {}, "
                               "{:.1f} s",
                               txid, index + 1, logs.size(), done, total,
                               std::chrono::duration<double>(now - t0).count()));

@@ -616,6 +616,7 @@ class Env:
         self.log_file: Path | None = None
         self.fuse_conn = None          # st_dev of the FUSE mount: its fusectl directory
         self.aborted_connections = 0
+        self.mounted_fusectl = False
         self.stuck_in: list[str] = []   # kernel waits of daemons that survived SIGKILL
 
     # -- XFS --------------------------------------------------------------
@@ -676,6 +677,7 @@ class Env:
         conns = Path("/sys/fs/fuse/connections")
         if not any(conns.iterdir()):
             tl.run(["mount", "-t", "fusectl", "none", conns])
+            self.mounted_fusectl = True     # unmounted again by close()
         abort = conns / str(self.fuse_conn) / "abort"
         if abort.exists():
             self.aborted_connections += 1
@@ -768,6 +770,9 @@ class Env:
             if p.returncode != 0:
                 problems.append(f"umount {self.xfs}: {p.stderr.strip()}")
                 tl.run(["umount", "-l", self.xfs])
+        if self.mounted_fusectl:
+            tl.run(["umount", "/sys/fs/fuse/connections"])
+            self.mounted_fusectl = False
         for _ in range(50):
             loops = [ln.split(":", 1)[0] for ln in
                      tl.run(["losetup", "-j", self.image]).stdout.splitlines() if ln.strip()]
