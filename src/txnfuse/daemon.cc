@@ -1,6 +1,7 @@
 #include "daemon.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -158,6 +159,11 @@ int run_mount(const MountOptions &opts) {
   fs.root->type = S_IFDIR;
   fs.inodes.add_lookup(fs.root);  // the root never leaves the table
   ::umask(0);                     // modes arrive with the caller's umask applied
+  // One O_PATH fd per inode the kernel holds: the soft limit (often 1024) is far too low.
+  if (rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
   spdlog::info("serving {} at {}", fs.paths.root, mountpoint);
 
   fs.txns->start();
@@ -173,6 +179,8 @@ int run_mount(const MountOptions &opts) {
   // Requests may wait for locks; enough threads remain to serve the commit or abort
   // that ends the wait.
   fuse_loop_cfg_set_max_threads(cfg, 256);
+  // Idle workers beyond these exit: each holds a ~1 MiB request buffer.
+  fuse_loop_cfg_set_idle_threads(cfg, 8);
   int rc = fuse_session_loop_mt(s.se, cfg);
   fuse_loop_cfg_destroy(cfg);
   fs.inval.stop();

@@ -83,7 +83,7 @@ def parse(label: str, out: str) -> PjdRun:
     return run
 
 
-def run_pjdfstest(label: str, path: Path) -> PjdRun:
+def run_pjdfstest(label: str, path: Path, patterns=()) -> PjdRun:
     # pjdfstest binds unix sockets at <path>/.tmpXXXXXX/.tmpXXXXXX/<32 chars>[/<32 chars>],
     # and sun_path holds 107 bytes: reach `path` through a short symlink.
     short = Path(tempfile.mkdtemp(prefix="pjd-", dir="/tmp"))
@@ -91,6 +91,8 @@ def run_pjdfstest(label: str, path: Path) -> PjdRun:
     os.symlink(path, short / "d")
     env = dict(os.environ, RUST_BACKTRACE="0", NO_COLOR="1")
     cmd = [pjdfstest_bin(), "-c", str(CONFIG), "-p", str(short / "d")]
+    if patterns:
+        cmd += ["-e", *patterns]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT,
                            env=env, cwd=path, stdin=subprocess.DEVNULL)
@@ -134,12 +136,34 @@ def test_pjdfstest_txnfs_matches_xfs(xfs, mnt, capsys):
         print(f"\npjdfstest on XFS:   {xfs_run.counts()}")
         print(f"pjdfstest on txnfs: {txn_run.counts()}")
 
+    xfs_failed = [n for n, st in xfs_run.status.items() if st == "FAILED"]
+    if xfs_failed:  # the same races can hit the baseline: re-run those cases alone, once
+        again = run_pjdfstest("xfs-rerun", world_traversable_dir(xfs.dir / "pjdfstest-rerun"),
+                              xfs_failed)
+        for n in xfs_failed:
+            if again.status.get(n) == "ok":
+                xfs_run.status[n] = "ok"
     assert xfs_run.summary is not None and xfs_run.count("FAILED") == 0, (
         "the XFS baseline itself is broken, so the comparison means nothing:\n"
         f"{xfs_run.counts()}\n" + "\n".join(
             f"  {n}: {xfs_run.message[n]}" for n, s in xfs_run.status.items() if s == "FAILED")
         + f"\nstderr: {xfs_run.stderr[-2000:]}")
     assert xfs_run.count("ok") > 300, f"suspiciously few tests ran on XFS: {xfs_run.counts()}"
+
+    # A few cases race processes against each other (open::etxtbsy execs a program and
+    # opens it for writing meanwhile); on a loaded machine they can lose the race. Such
+    # a case counts as a regression only if it fails again when run on its own.
+    suspects = [n for n, st in xfs_run.status.items()
+                if st == "ok" and txn_run.status.get(n, "did not run") != "ok"]
+    if suspects:
+        rerun = run_pjdfstest("txnfs-rerun", world_traversable_dir(mnt.path / "pjdfstest-rerun"),
+                              suspects)
+        flaky = [n for n in suspects if rerun.status.get(n) == "ok"]
+        if flaky:
+            with capsys.disabled():
+                print(f"pjdfstest on txnfs: passed when re-run alone: {', '.join(flaky)}")
+        for n in flaky:
+            txn_run.status[n] = "ok"
 
     offenders = []
     for name, status in xfs_run.status.items():
