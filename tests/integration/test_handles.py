@@ -15,9 +15,7 @@ import txnfs_lib as tl
 S_IFREG, S_IFDIR, S_IFLNK = stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK
 
 
-def write_file(path, data: bytes):
-    with open(path, "wb") as f:
-        f.write(data)
+write_file = tl.write_file
 
 
 def drop_caches():

@@ -16,14 +16,7 @@ KiB = 1024
 MiB = 1024 * KiB
 
 
-def write_file(path, data: bytes, mode=0o644):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+write_file = tl.write_file
 
 
 def read_file(path) -> bytes:

@@ -48,14 +48,7 @@ def _rand(seed: int, n: int) -> bytes:
     return random.Random(seed).randbytes(n)
 
 
-def _write(path, data: bytes, mode=0o644):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+_write = tl.write_file
 
 
 def populate(root):

@@ -374,6 +374,17 @@ def hash_tree(root, skip_suffixes=("-shm",)) -> dict:
     return out
 
 
+def write_file(path, data: bytes, mode=0o644):
+    """Create or truncate `path` and write all of `data` (short writes retried)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def sha256_file(path, bufsize=1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
