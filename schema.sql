@@ -6,7 +6,7 @@
 -- visible tree has exactly one row in `handles`, and every row names an object that
 -- exists. `txnfs fsck` checks both directions.
 
-PRAGMA user_version = 2;
+PRAGMA user_version = 3;
 
 -- Store-wide facts: schema_version, store_uuid, created, backups ('reflink'|'copy').
 CREATE TABLE meta (
@@ -65,8 +65,53 @@ CREATE TABLE txns (
   ended    TEXT
 );
 
--- Documented view: transactions that have not finished.
+-- Undo records: a mirror of each open transaction's undo log, one row per step, for
+-- people and tools to inspect (docs/sql.md). The authoritative log is the directory
+-- STORE/.txnfs/backups/<txid>/ (see src/recovery/undo_step.h); the daemon copies each
+-- step here in batches shortly after writing it (at most ~100 ms behind), and deletes
+-- the rows together with the transaction's record. Recovery never reads this table.
+--   kind        attrs | data | created | linked | removed | renamed | xattrs
+--   ino, generation   the backing object the step concerns (its handle-table row has
+--               the same ino, unless the object is not in the tree, e.g. created by
+--               the transaction and stashed again)
+--   dir, name   where the object was linked / removed / created / renamed from
+--               (backing inode number of the directory and the entry name)
+--   dir2, name2 renamed: the destination
+--   off, len    data: the byte range saved (block-aligned); len is the bytes kept
+CREATE TABLE undo_records (
+  txid       INTEGER NOT NULL,
+  seq        INTEGER NOT NULL,
+  kind       TEXT    NOT NULL,
+  ino        INTEGER NOT NULL,
+  generation INTEGER NOT NULL,
+  dir        INTEGER,
+  name       TEXT,
+  dir2       INTEGER,
+  name2      TEXT,
+  off        INTEGER,
+  len        INTEGER,
+  recorded   TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  PRIMARY KEY (txid, seq)
+) WITHOUT ROWID;
+
+-- Documented view: transactions that have not finished, with the size of their logs
+-- (as far as mirrored into undo_records).
 CREATE VIEW open_transactions AS
-  SELECT id, uid, pid, CASE flags & 1 WHEN 1 THEN 'process' ELSE 'thread' END AS bound_to,
-         started, state
-  FROM txns WHERE state = 'active';
+  SELECT t.id, t.uid, t.pid, CASE t.flags & 1 WHEN 1 THEN 'process' ELSE 'thread' END AS bound_to,
+         t.started, t.state,
+         (SELECT count(*) FROM undo_records u WHERE u.txid = t.id) AS undo_steps,
+         (SELECT coalesce(sum(u.len), 0) FROM undo_records u
+           WHERE u.txid = t.id AND u.kind = 'data') AS backup_bytes
+  FROM txns t WHERE t.state = 'active';
+
+-- Documented view: the undo steps of every transaction that has a record, in the order
+-- an abort would undo them (newest first), with the current path of each object
+-- concerned where the handle table knows it.
+CREATE VIEW undo_steps AS
+  SELECT u.txid, u.seq, u.kind, t.state AS txn_state,
+         u.ino, u.generation, h.nodeid, h.parent AS object_parent, h.name AS object_name,
+         u.dir, u.name, u.dir2, u.name2, u.off, u.len, u.recorded
+  FROM undo_records u
+  JOIN txns t ON t.id = u.txid
+  LEFT JOIN handles h ON h.ino = u.ino AND h.generation = u.generation
+  ORDER BY u.txid, u.seq DESC;

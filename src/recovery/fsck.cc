@@ -242,6 +242,11 @@ void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) 
     if (!logs.count(id))
       rep.problems.push_back(fmt::format(
           "transaction record {} ({}) has no undo log: recovery forgets it", id, state));
+  for (uint64_t id : db.orphan_undo_records())
+    rep.problems.push_back(fmt::format(
+        "undo_records rows of transaction {}, which has no transaction record: recovery "
+        "deletes them",
+        id));
 }
 
 }  // namespace

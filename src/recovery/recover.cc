@@ -102,7 +102,7 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
   // Every log is gone for good before the records that explain them go.
   if (::syncfs(tree.fd()) != 0) throw_errno("syncfs", errno);
   TXNFS_CRASH_POINT("recover.before_forget");
-  if (!logs.empty() || records > 0) {
+  if (!logs.empty() || records > 0 || !db.orphan_undo_records().empty()) {
     // A crash can leave rows of objects that are gone (created by a rolled-back
     // transaction, removed by a committed one) and names a rollback moved back.
     // Reconciled before the records go: while a record remains, the next recovery

@@ -69,6 +69,7 @@ uint64_t UndoLog::write_record(uint64_t seq, UndoStep &s) {
     throw_errno(fmt::format("write undo record {}/{}", txid_, step_name(seq)), errno);
   c_->steps++;
   TXNFS_CRASH_POINT("undo.after_record");
+  if (observer_) observer_(txid_, s);
   return seq;
 }
 
@@ -154,6 +155,7 @@ int UndoLog::stash(int dirfd, const char *name, UndoStep s, uint64_t *seq_out) {
     return e;
   }
   TXNFS_CRASH_POINT("undo.after_stash");
+  if (observer_) observer_(txid_, s);
   if (seq_out) *seq_out = seq;
   return 0;
 }

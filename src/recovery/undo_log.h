@@ -7,6 +7,7 @@
 // directory, so a stashed object is never without its record.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -51,6 +52,11 @@ class UndoLog {
   // new empty data object (a directory for a directory), then records the step.
   uint64_t snapshot_xattrs(int fd, UndoStep s);
 
+  // Called after each step has been recorded (from the recording thread; must not
+  // throw). The daemon uses it to mirror steps into the undo_records table.
+  using Observer = std::function<void(uint64_t txid, const UndoStep &)>;
+  void set_observer(Observer fn) { observer_ = std::move(fn); }
+
   int dir_fd() const { return dir_fd_; }  // the log directory
   uint64_t txid() const { return txid_; }
   uint64_t steps() const;
@@ -64,6 +70,7 @@ class UndoLog {
   bool reflink_;
   struct Counters;
   std::unique_ptr<Counters> c_;
+  Observer observer_;
 };
 
 }  // namespace txnfs

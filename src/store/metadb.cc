@@ -70,7 +70,7 @@ MetaDb::MetaDb(sqlite3 *db, std::string path) : db_(db), path_(std::move(path)) 
 MetaDb::~MetaDb() {
   for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
                  clear_name_, all_handles_, count_handles_, insert_txn_, set_txn_, del_txn_,
-                 committed_, all_txns_})
+                 committed_, all_txns_, del_undo_, insert_undo_, orphan_undo_})
     sqlite3_finalize(s);
   sqlite3_close(db_);
 }
@@ -115,6 +115,14 @@ void MetaDb::prepare_all() {
   del_txn_ = prep("DELETE FROM txns WHERE id = ?1");
   committed_ = prep("SELECT id FROM txns WHERE state = 'committed' ORDER BY id");
   all_txns_ = prep("SELECT id, state FROM txns ORDER BY id");
+  del_undo_ = prep("DELETE FROM undo_records WHERE txid = ?1");
+  insert_undo_ = prep(
+      "INSERT OR REPLACE INTO undo_records(txid, seq, kind, ino, generation, dir, name, dir2, "
+      "name2, off, len) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 "
+      "WHERE EXISTS (SELECT 1 FROM txns WHERE id = ?1)");
+  orphan_undo_ = prep(
+      "SELECT DISTINCT txid FROM undo_records WHERE txid NOT IN (SELECT id FROM txns) "
+      "ORDER BY txid");
 }
 
 std::unique_ptr<MetaDb> MetaDb::create(const std::string &path) {
@@ -301,15 +309,57 @@ void MetaDb::set_txn_state(uint64_t id, const char *state) {
 }
 
 void MetaDb::delete_txn(uint64_t id) {
-  std::lock_guard g(mu_);
-  Stmt s(*this, del_txn_);
-  s.bind(1, int64_t(id));
-  s.step();
+  transaction([&] {
+    Stmt s(*this, del_txn_);
+    s.bind(1, int64_t(id));
+    s.step();
+    delete_undo_records(id);
+  });
 }
 
 void MetaDb::clear_txns() {
+  transaction([&] {
+    exec("DELETE FROM txns");
+    exec("DELETE FROM undo_records");
+  });
+}
+
+void MetaDb::delete_undo_records(uint64_t txid) {
   std::lock_guard g(mu_);
-  exec("DELETE FROM txns");
+  Stmt s(*this, del_undo_);
+  s.bind(1, int64_t(txid));
+  s.step();
+}
+
+void MetaDb::insert_undo_records(const std::vector<UndoRecordRow> &rows) {
+  auto opt = [](Stmt &s, int i, const std::optional<uint64_t> &v) {
+    if (v) s.bind(i, int64_t(*v)); else s.bind_null(i);
+  };
+  auto str = [](Stmt &s, int i, const std::string &v) {
+    if (v.empty()) s.bind_null(i); else s.bind(i, v);
+  };
+  transaction([&] {
+    for (const UndoRecordRow &r : rows) {
+      Stmt s(*this, insert_undo_);
+      s.bind(1, int64_t(r.txid)).bind(2, int64_t(r.seq)).bind(3, r.kind);
+      s.bind(4, int64_t(r.ino)).bind(5, int64_t(r.generation));
+      opt(s, 6, r.dir);
+      str(s, 7, r.name);
+      opt(s, 8, r.dir2);
+      str(s, 9, r.name2);
+      opt(s, 10, r.off);
+      opt(s, 11, r.len);
+      s.step();
+    }
+  });
+}
+
+std::vector<uint64_t> MetaDb::orphan_undo_records() {
+  std::lock_guard g(mu_);
+  Stmt s(*this, orphan_undo_);
+  std::vector<uint64_t> out;
+  while (s.step()) out.push_back(uint64_t(s.i64(0)));
+  return out;
 }
 
 std::vector<uint64_t> MetaDb::committed_txns() {

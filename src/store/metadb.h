@@ -20,7 +20,7 @@ struct sqlite3_stmt;
 
 namespace txnfs {
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 struct HandleRow {
   uint64_t nodeid = 0;
@@ -31,6 +31,15 @@ struct HandleRow {
   uint32_t type = 0;  // S_IFMT bits
   std::optional<uint64_t> parent;
   std::string name;  // meaningful only when parent is set
+};
+
+// One row of undo_records (schema.sql): a copy of one undo step, for inspection.
+struct UndoRecordRow {
+  uint64_t txid = 0, seq = 0;
+  std::string kind;  // "attrs", "data", ...
+  uint64_t ino = 0, generation = 0;
+  std::optional<uint64_t> dir, dir2, off, len;
+  std::string name, name2;  // empty: NULL
 };
 
 class MetaDb {
@@ -61,13 +70,23 @@ class MetaDb {
   // Transaction records (see the txns table in schema.sql).
   uint64_t insert_txn(uint32_t uid, int32_t pid, uint32_t flags);
   void set_txn_state(uint64_t id, const char *state);
+  // Deletes a transaction's record and its undo_records rows.
   void delete_txn(uint64_t id);
-  // Forgets every transaction record (after recovery has dealt with all of them).
+  // Forgets every transaction record and undo record (after recovery has dealt with
+  // all of them).
   void clear_txns();
   // Ids whose commit record is present.
   std::vector<uint64_t> committed_txns();
   // Every transaction record: (id, state), by id.
   std::vector<std::pair<uint64_t, std::string>> all_txns();
+
+  // Mirrors undo steps into undo_records, in one SQLite transaction. Rows of a
+  // transaction that has no record (any more) are dropped, so a late batch cannot
+  // resurrect the rows of a finished transaction.
+  void insert_undo_records(const std::vector<UndoRecordRow> &rows);
+  // Transaction ids that have undo_records rows but no transaction record (stale).
+  std::vector<uint64_t> orphan_undo_records();
+  void delete_undo_records(uint64_t txid);
 
   // Runs `fn` inside one SQLite transaction (nested calls join the outer one).
   void transaction(const std::function<void()> &fn);
@@ -93,7 +112,8 @@ class MetaDb {
                *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,
                *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr,
                *insert_txn_ = nullptr, *set_txn_ = nullptr, *del_txn_ = nullptr,
-               *committed_ = nullptr, *all_txns_ = nullptr;
+               *committed_ = nullptr, *all_txns_ = nullptr, *del_undo_ = nullptr,
+               *insert_undo_ = nullptr, *orphan_undo_ = nullptr;
 };
 
 }  // namespace txnfs

@@ -70,6 +70,8 @@ void TxnManager::start() {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   reaper_ = std::thread([this] { reaper_loop(); });
   cleaner_ = std::thread([this] { cleaner_loop(); });
+  mirror_ = std::make_unique<StepMirror>(*fs_.db);
+  mirror_->start();
 }
 
 void TxnManager::stop() {
@@ -81,6 +83,7 @@ void TxnManager::stop() {
   clean_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
   if (cleaner_.joinable()) cleaner_.join();
+  if (mirror_) mirror_->stop();
 }
 
 TxnPtr TxnManager::find(uint64_t id) {

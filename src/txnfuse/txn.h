@@ -31,6 +31,7 @@
 
 #include "interval_set.h"
 #include "lock_manager.h"
+#include "step_mirror.h"
 #include "txnfs.h"
 #include "undo_log.h"
 
@@ -141,6 +142,8 @@ class TxnManager {
   void leave(Txn &t);
 
   uint64_t commits() const { return commits_; }
+  // Copies undo steps into undo_records for inspection (null before start()).
+  StepMirror *mirror() { return mirror_.get(); }
 
  private:
   TxnPtr find(uint64_t id);
@@ -172,6 +175,7 @@ class TxnManager {
   std::atomic<bool> stopping_{false};
   int wake_fd_ = -1;  // eventfd: the set of owners changed
   std::thread reaper_, cleaner_;
+  std::unique_ptr<StepMirror> mirror_;
   std::mutex clean_mu_;
   std::condition_variable clean_cv_;
   std::deque<uint64_t> to_discard_;

@@ -30,7 +30,11 @@ BackingId id_of(const Inode &i) {
 
 // The transaction's log, created at its first change. Caller holds t.mu.
 UndoLog &log_of(Fs &fs, Txn &t) {
-  if (!t.log) t.log = UndoLog::create(fs.backups_fd, t.id(), fs.reflink);
+  if (!t.log) {
+    t.log = UndoLog::create(fs.backups_fd, t.id(), fs.reflink);
+    if (StepMirror *m = fs.txns->mirror())
+      t.log->set_observer([m](uint64_t txid, const UndoStep &s) { m->add(txid, s); });
+  }
   return *t.log;
 }
 

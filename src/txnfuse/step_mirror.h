@@ -1,0 +1,45 @@
+// StepMirror — copies undo steps into the undo_records table (schema.sql), so that
+// `sqlite3 STORE/.txnfs/meta.db 'SELECT * FROM undo_steps'` shows what each open
+// transaction would undo (docs/sql.md).
+//
+// The copy is for inspection only: the undo log directory is authoritative and is
+// what abort and recovery read. Steps are queued by the request threads (a vector
+// push under a mutex) and written by one background thread in batches, at most
+// kInterval after they were recorded, so the request path never waits for SQLite.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "metadb.h"
+#include "undo_step.h"
+
+namespace txnfs {
+
+class StepMirror {
+ public:
+  static constexpr std::chrono::milliseconds kInterval{100};
+
+  explicit StepMirror(MetaDb &db) : db_(db) {}
+  ~StepMirror() { stop(); }
+  void start();
+  void stop();  // writes what is queued, then ends the thread
+
+  void add(uint64_t txid, const UndoStep &s);
+  // Writes every step queued so far (tests and shutdown).
+  void flush();
+
+ private:
+  void loop();
+  MetaDb &db_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<UndoRecordRow> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace txnfs
