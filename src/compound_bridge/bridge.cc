@@ -1,0 +1,195 @@
+// libtxnfs_bridge.so: runs opted-in NFSv4 COMPOUNDs of a patched NFS-Ganesha as txnfs
+// transactions (the ABI is txnfs_bridge.h; the Ganesha side is ganesha-4.3.patch).
+//
+// A COMPOUND is transactional when its tag starts with `tag_prefix` (or `all_compounds`
+// is set). Then:
+//   begin  txnfs_begin(mount, TXNFS_BIND_THREAD): every file-system call the worker
+//          thread makes for the COMPOUND's operations joins the transaction. If it
+//          cannot begin, the COMPOUND is refused without running any operation -- it
+//          must never run outside the transaction its client asked for.
+//   end    status NFS4_OK      commit; if the commit fails (it is rolled back), the reply
+//                              is collapsed into one NFS4ERR_DELAY: the client must not
+//                              see results of operations that did not take effect.
+//          status not NFS4_OK  abort; if the transaction lost a deadlock or a lock wait
+//                              (EDEADLK, ETIMEDOUT), the failing operation's status
+//                              becomes NFS4ERR_DELAY (retryable), else the reply is kept.
+//          slot-cache replay   abort (only SEQUENCE ran); the cached reply is kept.
+//
+// State: the open transaction lives in a thread_local. Ganesha runs one COMPOUND at a
+// time on a worker thread and calls begin and end for it on that thread (the patch
+// stops the server rather than let a transactional COMPOUND resume elsewhere), so the
+// thread identifies the COMPOUND -- as it identifies the transaction to the daemon.
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "config.h"
+#include "log.h"
+#include "txnfs.h"
+#include "txnfs_bridge.h"
+
+namespace txnfs::bridge {
+namespace {
+
+// Written once by txnfs_bridge_open before Ganesha calls begin/end; read-only afterwards.
+Config config;
+Log logger;
+
+struct OpenTxn {
+  txnfs_id_t id;
+  uint32_t minorversion;
+  std::string tag;  // for log lines only
+};
+thread_local std::optional<OpenTxn> current;
+
+constexpr size_t kTagShown = 64;  // bytes of a tag that a log line shows
+
+std::string shown(std::string_view tag) {
+  std::string s(tag.substr(0, kTagShown));
+  if (tag.size() > kTagShown) s += "...";
+  return s;
+}
+
+std::string describe(const OpenTxn &t) {
+  return fmt::format("transaction {} (COMPOUND v4.{} tag '{}')", t.id, t.minorversion, t.tag);
+}
+
+txnfs_bridge_verdict verdict(txnfs_bridge_action action, uint32_t status = 0) {
+  return {uint32_t(action), status};
+}
+
+// What to answer a COMPOUND whose transaction could not begin (ERR: a positive errno).
+// A shortage of memory or file descriptors passes: NFS4ERR_DELAY makes the client retry.
+// Anything else -- the mount is gone (ENOTCONN, ENOENT), is not txnfs (ENOTTY), the
+// daemon's database failed (EIO), the thread is still bound (EBUSY) -- would fail the
+// same way again: NFS4ERR_SERVERFAULT, so that clients do not retry forever.
+uint32_t refusal_status(int err) {
+  switch (err) {
+    case ENOMEM:
+    case EMFILE:
+    case ENFILE:
+    case EAGAIN:
+      return TXNFS_BRIDGE_NFS4ERR_DELAY;
+    default:
+      return TXNFS_BRIDGE_NFS4ERR_SERVERFAULT;
+  }
+}
+
+// Aborts T; a failure is only logged: the reply already reports a failure, and a
+// transaction the daemon could not roll back is rolled back by its recovery.
+void abort_txn(const OpenTxn &t) {
+  int rc = txnfs_abort(config.mount.c_str(), t.id);
+  if (rc != 0 && rc != -ENOENT)
+    logger.line("error: abort of {} failed: {}", describe(t), std::strerror(-rc));
+}
+
+txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_len) {
+  std::string_view tag_view = tag_len ? std::string_view(tag, tag_len) : std::string_view{};
+  if (current) {  // cannot happen while the patch keeps its invariant
+    logger.line("error: {} was never ended; aborting it", describe(*current));
+    abort_txn(*current);
+    current.reset();
+  }
+  if (!config.transactional(tag_view)) return verdict(TXNFS_BRIDGE_RUN);
+  OpenTxn t{0, minorversion, shown(tag_view)};
+  int rc = txnfs_begin(config.mount.c_str(), TXNFS_BIND_THREAD, 0, &t.id);
+  if (rc != 0) {
+    uint32_t status = refusal_status(-rc);
+    logger.line("error: cannot begin a transaction on {} for COMPOUND v4.{} tag '{}': {}; "
+                "answering {} without running it",
+                config.mount, minorversion, t.tag, std::strerror(-rc),
+                status == TXNFS_BRIDGE_NFS4ERR_DELAY ? "NFS4ERR_DELAY" : "NFS4ERR_SERVERFAULT");
+    return verdict(TXNFS_BRIDGE_REFUSE, status);
+  }
+  current = std::move(t);
+  return verdict(TXNFS_BRIDGE_RUN_TXN);
+}
+
+txnfs_bridge_verdict end(uint32_t status, int replay) {
+  if (!current) {  // cannot happen while the patch keeps its invariant
+    logger.line("error: end of a COMPOUND without a transaction on this thread");
+    return verdict(TXNFS_BRIDGE_KEEP);
+  }
+  OpenTxn t = std::move(*current);
+  current.reset();
+
+  if (replay) {
+    abort_txn(t);
+    if (config.verbose) logger.line("{}: slot-cache replay, nothing ran; aborted", describe(t));
+    return verdict(TXNFS_BRIDGE_KEEP);
+  }
+  if (status == TXNFS_BRIDGE_NFS4_OK) {
+    int rc = txnfs_commit(config.mount.c_str(), t.id);
+    if (rc == 0) {
+      if (config.verbose) logger.line("{}: committed", describe(t));
+      return verdict(TXNFS_BRIDGE_KEEP);
+    }
+    // A refused commit (abort-only transaction) leaves it open; a failed one rolled it back.
+    logger.line("error: commit of {} failed: {}; aborting it, answering NFS4ERR_DELAY",
+                describe(t), std::strerror(-rc));
+    abort_txn(t);
+    return verdict(TXNFS_BRIDGE_COLLAPSE, TXNFS_BRIDGE_NFS4ERR_DELAY);
+  }
+  // Read before aborting: afterwards the daemon no longer knows the transaction.
+  struct txnfs_info info {};
+  int info_rc = txnfs_info(config.mount.c_str(), t.id, &info);
+  abort_txn(t);
+  if (info_rc == 0 && (info.error == EDEADLK || info.error == ETIMEDOUT)) {
+    if (config.verbose)
+      logger.line("{}: aborted, lost a lock wait ({}); failing op answered NFS4ERR_DELAY",
+                  describe(t), info.error == EDEADLK ? "deadlock" : "timeout");
+    return verdict(TXNFS_BRIDGE_REWRITE, TXNFS_BRIDGE_NFS4ERR_DELAY);
+  }
+  if (config.verbose) logger.line("{}: aborted (COMPOUND status {})", describe(t), status);
+  return verdict(TXNFS_BRIDGE_KEEP);
+}
+
+const txnfs_bridge_ops ops = {begin, end};
+
+// Loads the configuration and checks that the mount is a txnfs mount; "" or the reason.
+std::string start() {
+  const char *path = std::getenv("TXNFS_BRIDGE_CONF");
+  if (path == nullptr || *path == '\0') return "TXNFS_BRIDGE_CONF is not set";
+  std::string error;
+  std::optional<Config> c = load_config(path, &error);
+  if (!c) return error;
+  config = std::move(*c);
+  if (!logger.open(config.log, &error)) return error;
+  char status[TXNFS_STATUS_JSON_MAX];
+  int rc = txnfs_status_json(config.mount.c_str(), status, sizeof status);
+  if (rc < 0)
+    return config.mount + (rc == -ENOTTY ? std::string(" is not a txnfs mount")
+                                         : std::string(": ") + std::strerror(-rc));
+  logger.line("ready: mount {}; {}", config.mount,
+              config.all_compounds
+                  ? std::string("every COMPOUND is a transaction")
+                  : "COMPOUNDs whose tag starts with '" + config.tag_prefix + "' are transactions");
+  return {};
+}
+
+}  // namespace
+}  // namespace txnfs::bridge
+
+extern "C" __attribute__((visibility("default"))) const txnfs_bridge_ops *txnfs_bridge_open(
+    uint32_t abi, char *err, size_t err_len) {
+  static std::atomic<bool> opened{false};
+  std::string error;
+  if (abi != TXNFS_BRIDGE_ABI)
+    error = fmt::format("Ganesha speaks bridge ABI {}, this library ABI {}", abi, TXNFS_BRIDGE_ABI);
+  else if (opened.exchange(true))
+    error = "txnfs_bridge_open called twice";
+  else
+    error = txnfs::bridge::start();
+  if (error.empty()) return &txnfs::bridge::ops;
+  if (err_len > 0) {
+    size_t n = std::min(error.size(), err_len - 1);
+    std::memcpy(err, error.data(), n);
+    err[n] = '\0';
+  }
+  return nullptr;
+}

@@ -1,0 +1,39 @@
+// The bridge's configuration: the file named by $TXNFS_BRIDGE_CONF, `key = value` lines,
+// `#` starts a comment, blank lines are ignored. Keys:
+//
+//   mount = /path        the txnfs mount that Ganesha exports (required, absolute)
+//   tag_prefix = txn     a COMPOUND whose tag starts with this runs as one transaction
+//   all_compounds = no   yes: every COMPOUND runs as one transaction, whatever its tag
+//   log = /path          append the bridge's log lines here (default: stderr)
+//   verbose = no         yes: also log every transactional COMPOUND's outcome
+//
+// Unknown keys, repeated keys and malformed values are errors: a typo must not silently
+// turn transactions off.
+#pragma once
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace txnfs::bridge {
+
+struct Config {
+  std::string mount;
+  std::string tag_prefix = "txn";
+  bool all_compounds = false;
+  std::string log;  // empty: stderr
+  bool verbose = false;
+
+  // Whether a COMPOUND with this tag runs as a transaction.
+  bool transactional(std::string_view tag) const {
+    return all_compounds || tag.starts_with(tag_prefix);
+  }
+};
+
+// Parses the text of a configuration file. On error returns nullopt and sets *error to
+// "line N: what is wrong".
+std::optional<Config> parse_config(std::string_view text, std::string *error);
+
+// Reads and parses the file at PATH; errors name the file.
+std::optional<Config> load_config(const std::string &path, std::string *error);
+
+}  // namespace txnfs::bridge
