@@ -1,0 +1,422 @@
+"""The server side of the NFS COMPOUND bridge: the patched NFS-Ganesha exporting a txnfs
+mount runs every COMPOUND whose tag starts with "txn" as one transaction.
+
+Each test gets its own XFS image, store and mount (conftest.py) and its own server
+(ganesha_lib.py), and talks NFSv4.1 (or 4.0) to it with the probe client nfs4_probe.py.
+The patched server must have been built (scripts/build-ganesha), else these tests skip;
+Debian's unpatched ganesha.nfsd (package nfs-ganesha-vfs) is the baseline.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ganesha_lib as gl  # noqa: E402
+import nfs4_probe as nfs  # noqa: E402
+import txnfs_lib as tl  # noqa: E402
+from nfs4_probe import op  # noqa: E402
+
+needs_patched = pytest.mark.skipif(
+    not (os.access(gl.patched_bin(), os.X_OK) and os.path.isfile(gl.bridge_lib())),
+    reason="patched NFS-Ganesha or libtxnfs_bridge.so not built (scripts/build-ganesha; ninja -C build)")
+needs_debian = pytest.mark.skipif(
+    not os.access(gl.DEBIAN_BIN, os.X_OK), reason="Debian's nfs-ganesha is not installed")
+
+OK, NOENT, DELAY = nfs.NFS4_OK, nfs.NFS4ERR_NOENT, nfs.NFS4ERR_DELAY
+FAILS = [op.putrootfh(), op.remove("missing")]   # ends a COMPOUND with NFS4ERR_NOENT
+
+
+@pytest.fixture
+def servers(mnt, tmp_path):
+    """start(**Ganesha options) -> a started server exporting mnt; all stopped at teardown."""
+    started = []
+
+    def start(**kwargs):
+        g = gl.Ganesha(mnt.path, tmp_path / f"ganesha{len(started)}", **kwargs).start()
+        started.append(g)
+        return g
+
+    yield start
+    failures = []
+    for g in reversed(started):
+        try:
+            g.stop()
+        except RuntimeError as e:
+            failures.append(str(e))
+    assert not failures, "\n".join(failures)
+
+
+def entries(mnt) -> list[str]:
+    return sorted(os.listdir(mnt.path))
+
+
+def no_open_transactions(mnt) -> bool:
+    return tl.txn_status(mnt.path)["transactions"] == []
+
+
+def figure1(name, data=b"hello", fail=True):
+    """The TC-NFS paper's Figure 1 COMPOUND (OPEN; WRITE; CLOSE, creating NAME), then an
+    operation that fails if `fail`."""
+    return ([op.putrootfh(), op.open_create(name), op.write(data), op.close()]
+            + (FAILS if fail else []))
+
+
+def fh_of(c, name) -> bytes:
+    r = c.compound([op.putrootfh(), op.lookup(name), op.getfh()])
+    assert r.status == OK, r
+    return r.results[-1].value
+
+
+# --------------------------------------------------------------------------
+# atomicity of one COMPOUND
+# --------------------------------------------------------------------------
+
+@needs_patched
+def test_tagged_compound_takes_effect_completely_or_not_at_all(mnt, servers):
+    g = servers()
+    with nfs.Client(g.port) as c:
+        r = c.compound(figure1("a"), tag="txn:fails")
+        assert r.status == NOENT
+        assert r.statuses() == [(nfs.OP_SEQUENCE, OK), (nfs.OP_PUTROOTFH, OK), (nfs.OP_OPEN, OK),
+                                (nfs.OP_WRITE, OK), (nfs.OP_CLOSE, OK), (nfs.OP_PUTROOTFH, OK),
+                                (nfs.OP_REMOVE, NOENT)]
+        assert entries(mnt) == [], "a failed tagged COMPOUND left its effects behind"
+
+        r = c.compound(figure1("b"), tag="linux")
+        assert r.status == NOENT
+        assert entries(mnt) == ["b"], "an untagged COMPOUND is not a transaction"
+        assert (mnt.path / "b").read_bytes() == b"hello"
+
+        r = c.compound(figure1("c", b"committed", fail=False), tag="txn:works")
+        assert r.status == OK, r
+    assert entries(mnt) == ["b", "c"]
+    assert (mnt.path / "c").read_bytes() == b"committed"
+    assert no_open_transactions(mnt)
+    log = "\n".join(g.bridge_lines())
+    assert "tag 'txn:fails'): aborted" in log and "tag 'txn:works'): committed" in log, log
+
+
+@needs_patched
+def test_all_compounds_makes_untagged_compounds_transactions(mnt, servers):
+    g = servers(bridge_options={"all_compounds": "yes"})
+    with nfs.Client(g.port) as c:
+        assert c.compound(figure1("a"), tag="").status == NOENT
+        assert c.compound(figure1("b", fail=False), tag="").status == OK
+    assert entries(mnt) == ["b"]
+    assert no_open_transactions(mnt)
+
+
+@needs_patched
+def test_non_root_client(mnt, servers):
+    """Operations run with the client's credentials, begin and commit with Ganesha's."""
+    os.mkdir(mnt.path / "pub")
+    os.chmod(mnt.path / "pub", 0o777)
+    g = servers()
+    with nfs.Client(g.port, uid=1000, gid=1000) as c:
+        pub = [op.putrootfh(), op.lookup("pub")]
+        assert c.compound(pub + figure1("u1")[1:], tag="txn").status == NOENT
+        assert c.compound(pub + figure1("u2", fail=False)[1:], tag="txn").status == OK
+        r = c.compound(figure1("denied", fail=False), tag="txn")
+        assert r.results[-1].status == 13   # NFS4ERR_ACCESS: root's directory
+    assert os.listdir(mnt.path / "pub") == ["u2"]
+    assert os.stat(mnt.path / "pub" / "u2").st_uid == 1000
+    assert no_open_transactions(mnt)
+
+
+@needs_debian
+def test_baseline_unpatched_debian_server_ignores_tags(mnt, servers):
+    g = servers(debian=True, bridge=False)
+    with nfs.Client(g.port) as c:
+        assert c.compound(figure1("a"), tag="txn:fails").status == NOENT
+    assert entries(mnt) == ["a"]
+
+
+@needs_patched
+def test_patched_server_without_bridge_behaves_unpatched(mnt, servers):
+    g = servers(bridge=False)
+    with nfs.Client(g.port) as c:
+        assert c.compound(figure1("a"), tag="txn:fails").status == NOENT
+    assert entries(mnt) == ["a"]
+    assert "txnfs" not in g.log.read_text()
+
+
+def retransmit(c, body, xid, tries=10) -> nfs.Reply:
+    """Resend a call until it is answered, as a client does after a timeout: Ganesha
+    records a reply in its DRC only after sending it, and drops a retransmission that
+    arrives in between as a request still in progress."""
+    c.sock.settimeout(1.0)
+    for _ in range(tries):
+        try:
+            return nfs.decode_compound_reply(nfs.Unpacker(c.call_raw(body, xid=xid)))
+        except TimeoutError:
+            continue
+    raise AssertionError(f"xid {xid:#x} not answered after {tries} retransmissions")
+
+
+@needs_patched
+def test_nfsv40_compounds_and_drc_replay(mnt, servers):
+    g = servers()
+    with nfs.Client(g.port, minorversion=0) as c:
+        r = c.compound([op.putrootfh(), op.mkdir("d0")] + FAILS, tag="txn")
+        assert r.statuses() == [(nfs.OP_PUTROOTFH, OK), (nfs.OP_CREATE, OK),
+                                (nfs.OP_PUTROOTFH, OK), (nfs.OP_REMOVE, NOENT)]
+        assert entries(mnt) == []
+        # a retransmission (same xid) is answered from the DRC and runs nothing again
+        body = c.encode([op.putrootfh(), op.mkdir("d1")], tag="txn")
+        first = nfs.decode_compound_reply(nfs.Unpacker(c.call_raw(body, xid=0x7A5F0001)))
+        assert first.status == OK and entries(mnt) == ["d1"]
+        os.rmdir(mnt.path / "d1")
+        again = retransmit(c, body, 0x7A5F0001)
+        assert again.statuses() == first.statuses()
+        assert entries(mnt) == [], "the DRC replay ran the COMPOUND again"
+    assert sum("committed" in line for line in g.bridge_lines()) == 1
+
+
+@needs_patched
+@pytest.mark.parametrize("cachethis", [True, False])
+def test_nfsv41_slot_replay_runs_nothing(mnt, servers, cachethis):
+    g = servers()
+    with nfs.Client(g.port) as c:
+        seq = c.seq
+        first = c.compound(figure1("r", fail=False), tag="txn", cachethis=cachethis)
+        assert first.status == OK
+        os.unlink(mnt.path / "r")
+        c.seq = seq   # same slot, same sequence id: a replay
+        again = c.compound(figure1("r", fail=False), tag="txn", cachethis=cachethis)
+        if cachethis:
+            assert again.statuses() == first.statuses()
+        else:
+            assert again.results[1].status == 10068   # NFS4ERR_RETRY_UNCACHED_REP
+        assert entries(mnt) == [], "the slot replay ran the COMPOUND again"
+    assert any("slot-cache replay" in line for line in g.bridge_lines())
+    assert no_open_transactions(mnt)
+
+
+@needs_patched
+def test_compound_of_one_mib(mnt, servers):
+    """The client packs COMPOUNDs up to 1 MiB: one that large runs and commits."""
+    g = servers()
+    with nfs.Client(g.port) as c:
+        overhead = len(c.encode(figure1("big", b"", fail=False), tag="txn")) + 100
+        data = os.urandom((1 << 20) - overhead)
+        assert c.compound(figure1("big", data, fail=False), tag="txn").status == OK
+    assert (mnt.path / "big").read_bytes() == data
+
+
+# --------------------------------------------------------------------------
+# what Ganesha serves after an abort
+# --------------------------------------------------------------------------
+
+@needs_patched
+def test_no_stale_state_after_an_aborted_compound(mnt, servers):
+    """LOOKUP, GETATTR, READDIR and READ after aborted creations, writes, removals and
+    renames show the state before them -- Ganesha keeps no cache that the rollback
+    could make stale (contrib/ganesha.conf)."""
+    for name, data in (("d", b"old"), ("e", b"eeee"), ("f", b"ffff")):
+        tl.write_file(mnt.path / name, data)
+    g = servers()
+    with nfs.Client(g.port) as c:
+        def lookup(name):
+            return c.compound([op.putrootfh(), op.lookup(name), op.getattr()]).results[-1].status
+
+        def ls():
+            return sorted(c.compound([op.putrootfh(), op.readdir()]).results[-1].value)
+
+        def read(name):
+            r = c.compound([op.putrootfh(), op.lookup(name), op.read(100)])
+            assert r.status == OK, r
+            return r.results[-1].value[1]
+
+        def getattr_fh(fh):
+            return c.compound([op.putfh(fh), op.getattr()]).results[-1].status
+
+        fh_e = fh_of(c, "e")   # every object is in Ganesha's cache before the aborts
+        assert ls() == ["d", "e", "f"] and read("d") == b"old" and read("f") == b"ffff"
+
+        r = c.compound([op.putrootfh(), op.open_create("a"), op.getfh(), op.write(b"new"),
+                        op.close()] + FAILS, tag="txn")
+        fh_a = r.results[3].value
+        assert lookup("a") == NOENT and ls() == ["d", "e", "f"]
+        assert getattr_fh(fh_a) == nfs.NFS4ERR_STALE
+
+        c.compound([op.putrootfh(), op.open_existing("d"), op.write(b"new and longer"),
+                    op.close()] + FAILS, tag="txn")
+        assert read("d") == b"old"
+        r = c.compound([op.putrootfh(), op.lookup("d"), op.getattr(nfs.FATTR4_SIZE)])
+        assert r.results[-1].value == {nfs.FATTR4_SIZE: 3}
+
+        c.compound([op.putrootfh(), op.remove("e")] + FAILS, tag="txn")
+        assert lookup("e") == OK and read("e") == b"eeee" and getattr_fh(fh_e) == OK
+
+        c.compound([op.putrootfh(), op.savefh(), op.rename("f", "g")] + FAILS, tag="txn")
+        assert lookup("f") == OK and lookup("g") == NOENT and read("f") == b"ffff"
+
+        r = c.compound([op.putrootfh(), op.mkdir("h"), op.getfh()] + FAILS, tag="txn")
+        assert lookup("h") == NOENT and getattr_fh(r.results[3].value) == nfs.NFS4ERR_STALE
+        assert ls() == ["d", "e", "f"]
+    assert entries(mnt) == ["d", "e", "f"]
+
+
+@needs_patched
+def test_open_stateid_of_an_aborted_compound_can_be_closed(mnt, servers):
+    """Ganesha's NFSv4 state is not rolled back: the OPEN of an aborted COMPOUND leaves
+    an open stateid for a file that no longer exists. The client closes it."""
+    g = servers()
+    with nfs.Client(g.port) as c:
+        r = c.compound([op.putrootfh(), op.open_create("o"), op.getfh()] + FAILS, tag="txn")
+        stateid, fh = r.results[2].value, r.results[3].value
+        assert entries(mnt) == []
+        assert c.compound([op.putfh(fh), op.close(stateid=stateid)]).status == OK
+    assert entries(mnt) == []
+
+
+# --------------------------------------------------------------------------
+# conflicts: retryable NFS4ERR_DELAY
+# --------------------------------------------------------------------------
+
+class LocalTxn:
+    """A transaction of a local program, bound to a thread of its own."""
+
+    def __init__(self, mount):
+        self.mount = mount
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.id = self.pool.submit(tl.txn_begin, mount).result()
+
+    def write(self, name, data=b"LOCAL"):
+        """A future: pwrite at offset 0 on the transaction's thread."""
+        def w():
+            fd = os.open(os.path.join(self.mount, name), os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, 0)
+            finally:
+                os.close(fd)
+        return self.pool.submit(w)
+
+    def commit(self):
+        rc = self.pool.submit(tl.txn_commit, self.mount, self.id).result()
+        self.pool.shutdown()
+        assert rc == 0, f"commit of local transaction {self.id}: {os.strerror(-rc)}"
+
+
+def lock_waiters(mnt) -> int:
+    return sum(t["locks_waiting"] for t in tl.txn_status(mnt.path)["transactions"])
+
+
+def wait_for_waiters(mnt, n):
+    assert tl.wait_until(lambda: lock_waiters(mnt) >= n, timeout=10), \
+        f"expected {n} lock waits, status: {tl.txn_status(mnt.path)}"
+
+
+@needs_patched
+def test_lock_timeout_answers_delay_and_rolls_back(mnt, servers):
+    mnt.remount("--lock-timeout-ms", "300")
+    for name in ("x", "y"):
+        tl.write_file(mnt.path / name, b"orig")
+    g = servers()
+    with nfs.Client(g.port) as c:
+        fx, fy = fh_of(c, "x"), fh_of(c, "y")
+        holder = LocalTxn(mnt.path)
+        holder.write("x").result()
+        t0 = time.monotonic()
+        r = c.compound([op.putfh(fy), op.write(b"NFS", stateid=nfs.ANONYMOUS_STATEID),
+                        op.putfh(fx), op.write(b"NFS", stateid=nfs.ANONYMOUS_STATEID)], tag="txn")
+        assert time.monotonic() - t0 >= 0.3
+        assert r.status == DELAY and r.results[-1].status == DELAY, r
+        assert [s for _, s in r.statuses()[:-1]] == [OK] * 4
+        holder.commit()
+    assert (mnt.path / "y").read_bytes() == b"orig", "the timed-out COMPOUND was not rolled back"
+    assert (mnt.path / "x").read_bytes() == b"LOCAL"
+    assert any("lost a lock wait (timeout)" in line for line in g.bridge_lines())
+    assert no_open_transactions(mnt)
+
+
+@needs_patched
+def test_deadlock_victim_answers_delay_and_rolls_back(mnt, servers):
+    """Local T1 holds x, local T3 holds z. The NFS COMPOUND T2 writes y, then waits for z.
+    T1 then waits for y (held by T2). When T3 commits, T2 goes on to write x: that closes
+    the cycle T2 -> T1 -> T2, and T2, the requester, is the victim."""
+    for name in ("x", "y", "z"):
+        tl.write_file(mnt.path / name, b"orig")
+    g = servers()
+    with nfs.Client(g.port) as c, ThreadPoolExecutor(max_workers=1) as nfs_thread:
+        fx, fy, fz = fh_of(c, "x"), fh_of(c, "y"), fh_of(c, "z")
+        t1, t3 = LocalTxn(mnt.path), LocalTxn(mnt.path)
+        t1.write("x").result()
+        t3.write("z").result()
+        anon = nfs.ANONYMOUS_STATEID
+        reply = nfs_thread.submit(c.compound, [
+            op.putfh(fy), op.write(b"NFS", stateid=anon), op.putfh(fz),
+            op.write(b"NFS", stateid=anon), op.putfh(fx), op.write(b"NFS", stateid=anon)],
+            tag="txn:deadlock")
+        wait_for_waiters(mnt, 1)          # T2 waits for z
+        t1_writes_y = t1.write("y")
+        wait_for_waiters(mnt, 2)          # T1 waits for y
+        t3.commit()
+        r = reply.result(timeout=30)
+        assert r.status == DELAY and r.results[-1].status == DELAY, r
+        t1_writes_y.result(timeout=30)    # T2's abort released y
+        t1.commit()
+    assert [(mnt.path / n).read_bytes() for n in ("x", "y", "z")] == [b"LOCAL"] * 3
+    assert any("lost a lock wait (deadlock)" in line for line in g.bridge_lines())
+    assert no_open_transactions(mnt)
+
+
+# --------------------------------------------------------------------------
+# failures of the transaction itself
+# --------------------------------------------------------------------------
+
+@needs_patched
+@pytest.mark.parametrize("minor", [1, 0])
+def test_failed_commit_collapses_reply_and_dead_mount_refuses(mnt, servers, minor):
+    """The txnfs daemon dies inside the commit (crash-injection point): the reply becomes
+    one NFS4ERR_DELAY (after SEQUENCE for v4.1). The next tagged COMPOUND cannot begin a
+    transaction on the dead mount and is refused without running (SERVERFAULT, no
+    results, SEQUENCE not run). Recovery at the next mount rolls the first one back."""
+    mnt.umount()
+    os.environ["TXNFS_CRASH_AT"] = "commit.after_syncfs:1"
+    try:
+        mnt.mount()
+    finally:
+        del os.environ["TXNFS_CRASH_AT"]
+    g = servers()
+    with nfs.Client(g.port, minorversion=minor) as c:
+        ops = ([op.putrootfh(), op.open_create("lost"), op.write(b"x" * 10000), op.close()]
+               if minor else [op.putrootfh(), op.mkdir("lost")])
+        r = c.compound(ops + [op.putrootfh(), op.lookup("lost"), op.getattr()], tag="txn")
+        expected = [(nfs.OP_PUTROOTFH, DELAY)]
+        assert r.statuses() == ([(nfs.OP_SEQUENCE, OK)] if minor else []) + expected
+        assert r.status == DELAY
+        seq = c.seq
+        r = c.compound([op.putrootfh(), op.readdir()], tag="txn")
+        assert (r.status, r.results) == (nfs.NFS4ERR_SERVERFAULT, [])
+        assert c.seq == seq
+    g.stop()
+    log = "\n".join(g.bridge_lines())
+    assert "error: commit of transaction" in log and "answering NFS4ERR_DELAY" in log, log
+    assert "cannot begin a transaction" in log and "NFS4ERR_SERVERFAULT" in log, log
+    mnt.kill9()          # the daemon is gone already; clean the dead mount point
+    mnt.mount()          # recovery rolls the uncommitted transaction back
+    assert entries(mnt) == []
+
+
+@needs_patched
+@pytest.mark.parametrize("bad", ["config", "library"])
+def test_unusable_bridge_stops_the_server(mnt, servers, bad):
+    kwargs = ({"bridge_options": {"monut": "/typo"}} if bad == "config"
+              else {"extra_env": {"TXNFS_BRIDGE_LIB": "/nonexistent/libtxnfs_bridge.so"}})
+    g = servers(**kwargs)
+    with pytest.raises((OSError, nfs.RpcError)):
+        nfs.Client(g.port)   # its first COMPOUND loads the bridge
+    assert tl.wait_until(lambda: g.proc.poll() is not None, timeout=10)
+    with pytest.raises(RuntimeError, match="exited"):
+        g.stop()
+    why = "unknown key `monut`" if bad == "config" else "cannot load TXNFS_BRIDGE_LIB"
+    assert why in g.log.read_text()
+    assert entries(mnt) == []
