@@ -1,0 +1,13 @@
+// Client's state, shared by client.cc and compound.cc: its Session.
+#pragma once
+#include "nfs_client.h"
+#include "session.h"
+
+namespace txnfs::nfs {
+
+struct Client::Impl {
+  explicit Impl(const ClientOptions &options) : session(options) {}
+  Session session;
+};
+
+}  // namespace txnfs::nfs
