@@ -1,0 +1,42 @@
+// What txnfs-nfs prints about a COMPOUND: a line per operation and one for the COMPOUND,
+// or one JSON object (pure; unit-tested).
+//
+//   ok write /a/b 4096 bytes
+//   NFS4ERR_NOENT remove /x (at REMOVE x)
+//   not run mkdir /y
+//   compound NFS4ERR_NOENT at REMOVE x: tag=txn ops=3 nfs_ops=9 request_bytes=948 ...
+#pragma once
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "nfs_client.h"
+
+namespace txnfs::nfs::cli {
+
+struct RunInfo {
+  int retries = 0;          // times the COMPOUND was sent again after NFS4ERR_DELAY
+  double elapsed_ms = 0;    // of the last send, reply included
+};
+
+// "ok", the error name, or "not run".
+std::string op_status(const OpResult &op);
+// Whether OP did all it was asked to (a write that the server cut short did not).
+bool op_complete(const OpResult &op);
+
+// The line of one operation (a readdir's names follow on lines of their own).
+std::string op_line(const OpResult &op);
+void print_text(std::ostream &out, const CompoundResult &r, const RunInfo &info);
+nlohmann::ordered_json to_json(const CompoundResult &r, const RunInfo &info);
+
+// Why a COMPOUND does not fit, and how much of it would; OPS is its operation count.
+std::string fit_message(const Fit &fit, size_t ops);
+nlohmann::ordered_json fit_json(const Fit &fit, size_t ops);
+
+// A hint for a COMPOUND the server refused as a whole, or "" when there is none.
+std::string refusal_hint(const CompoundResult &r);
+// A hint for a call of NFS_OPS operations refused with GARBAGE_ARGS, or "".
+std::string garbage_args_hint(size_t nfs_ops);
+
+}  // namespace txnfs::nfs::cli
