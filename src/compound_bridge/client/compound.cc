@@ -97,6 +97,9 @@ struct Compound::Impl {
     for (size_t i = 0; i < n; i++) lookup(t.components[i]);
   }
 
+  // go_to() the file T names.
+  void go_to(const Target &t) { go_to(t, t.components.size()); }
+
   void lookup(std::string_view name) {
     nfs_argop4 op = xdr::op_of(NFS4_OP_LOOKUP);
     op.nfs_argop4_u.oplookup.objname = keep(name);
@@ -206,7 +209,7 @@ void Compound::read(std::string_view path, uint32_t max_bytes) {
   Target t = parse_target(path);
   Impl &m = *impl_;
   m.add(OpKind::kRead, path, {}, [&](Impl::Planned &p) {
-    m.go_to(t, t.components.size());
+    m.go_to(t);
     m.push(m.open(OPEN4_SHARE_ACCESS_READ));
     nfs_argop4 getattr = xdr::op_of(NFS4_OP_GETATTR);
     getattr.nfs_argop4_u.opgetattr.attr_request = file_attrs_request();
@@ -267,7 +270,7 @@ void Compound::link(std::string_view existing, std::string_view new_path) {
   Target n = named_target(new_path, OpKind::kLink);
   Impl &m = *impl_;
   m.add(OpKind::kLink, existing, new_path, [&](Impl::Planned &) {
-    m.go_to(e, e.components.size());
+    m.go_to(e);
     m.push(xdr::op_of(NFS4_OP_SAVEFH));
     utf8string name = m.go_to_parent(n);
     nfs_argop4 op = xdr::op_of(NFS4_OP_LINK);
@@ -296,7 +299,7 @@ void Compound::setattr(std::string_view path, const SetAttrs &attrs) {
   Target t = parse_target(path);
   Impl &m = *impl_;
   m.add(OpKind::kSetattr, path, {}, [&](Impl::Planned &) {
-    m.go_to(t, t.components.size());
+    m.go_to(t);
     nfs_argop4 op = xdr::op_of(NFS4_OP_SETATTR);
     op.nfs_argop4_u.opsetattr.stateid = kAnonymousStateid;
     op.nfs_argop4_u.opsetattr.obj_attributes = m.attrs(attrs);
@@ -308,7 +311,7 @@ void Compound::getattr(std::string_view path) {
   Target t = parse_target(path);
   Impl &m = *impl_;
   m.add(OpKind::kGetattr, path, {}, [&](Impl::Planned &) {
-    m.go_to(t, t.components.size());
+    m.go_to(t);
     nfs_argop4 op = xdr::op_of(NFS4_OP_GETATTR);
     op.nfs_argop4_u.opgetattr.attr_request = file_attrs_request();
     m.push(op);
@@ -319,7 +322,7 @@ void Compound::readdir(std::string_view path, uint32_t max_bytes) {
   Target t = parse_target(path);
   Impl &m = *impl_;
   m.add(OpKind::kReaddir, path, {}, [&](Impl::Planned &p) {
-    m.go_to(t, t.components.size());
+    m.go_to(t);
     nfs_argop4 op = xdr::op_of(NFS4_OP_READDIR);
     READDIR4args &r = op.nfs_argop4_u.opreaddir;
     r.cookie = 0;
@@ -335,7 +338,7 @@ void Compound::getfh(std::string_view path) {
   Target t = parse_target(path);
   Impl &m = *impl_;
   m.add(OpKind::kGetfh, path, {}, [&](Impl::Planned &) {
-    m.go_to(t, t.components.size());
+    m.go_to(t);
     m.push(xdr::op_of(NFS4_OP_GETFH));
   });
 }
@@ -425,8 +428,10 @@ CompoundResult Compound::execute(std::string_view tag) {
   const bool failed = reply.status != NFS4_OK;
   const size_t failed_index = failed && n > 0 ? n - 1 : n;
   if (failed && n > 0) r.failed_at = describe_op(m.args[failed_index]);
-  for (size_t i = 1; i < failed_index && failed; i++) {
-    r.changed_before_failure = r.changed_before_failure || changes_files(m.args[i]);
+  if (failed) {
+    for (size_t i = 1; i < failed_index; i++) {
+      r.changed_before_failure = r.changed_before_failure || changes_files(m.args[i]);
+    }
   }
 
   r.ops.reserve(m.planned.size());

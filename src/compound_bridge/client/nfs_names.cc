@@ -4,7 +4,8 @@
 
 namespace txnfs::nfs {
 
-static_assert(kNfs4Ok == NFS4_OK && kNfs4ErrDelay == NFS4ERR_DELAY);
+static_assert(kNfs4Ok == NFS4_OK && kNfs4ErrDelay == NFS4ERR_DELAY &&
+              kNfs4ErrResource == NFS4ERR_RESOURCE);
 
 std::string status_name(uint32_t status) {
 #define NAME(s) \

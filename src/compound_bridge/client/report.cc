@@ -13,7 +13,6 @@ namespace {
 // one of more than XDR_ARRAY_MAXLEN (gsh_rpc.h) it cannot even decode (GARBAGE_ARGS).
 constexpr size_t kGaneshaMaxOperations = 100;
 constexpr size_t kGaneshaMaxDecodedOperations = 1024;
-constexpr uint32_t kNfs4ErrResource = 10018;
 
 std::string time_text(const Time &t) { return fmt::format("{}.{:09}", t.sec, t.nsec); }
 
