@@ -203,9 +203,21 @@ TEST_CASE("what the CLI prints for operations and for a COMPOUND that does not f
   w.state = OpResult::State::kOk;
   w.bytes = w.requested = 4096;
   CHECK(op_line(w) == "ok write /a/b 4096 bytes");
-  CHECK(op_complete(w));
+  CHECK(incomplete(w, true).empty());
   w.bytes = 100;
-  CHECK_FALSE(op_complete(w));
+  CHECK(incomplete(w, true) == "write /a/b: the server took 100 of 4096 bytes");
+  OpResult rd;
+  rd.kind = OpKind::kRead;
+  rd.path = "/big";
+  rd.state = OpResult::State::kOk;
+  rd.bytes = rd.requested = 65536;
+  rd.attrs = FileAttrs{};
+  rd.attrs->size = 100000;
+  CHECK(incomplete(rd, false).empty());  // --count given: a part was asked for
+  CHECK(incomplete(rd, true) ==
+        "read /big: got the first 65536 of 100000 bytes; give --count (or --read-max)");
+  rd.eof = true;
+  CHECK(incomplete(rd, true).empty());
   OpResult r;
   r.kind = OpKind::kRemove;
   r.path = "/x";

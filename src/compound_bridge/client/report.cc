@@ -39,9 +39,18 @@ std::string op_status(const OpResult &op) {
   return "?";
 }
 
-bool op_complete(const OpResult &op) {
-  if (op.state != OpResult::State::kOk) return false;
-  return op.kind != OpKind::kWrite || op.bytes == op.requested;
+std::string incomplete(const OpResult &op, bool whole_file) {
+  if (op.state != OpResult::State::kOk) return "";
+  if (op.kind == OpKind::kWrite && op.bytes != op.requested) {
+    return fmt::format("write {}: the server took {} of {} bytes", op.path, op.bytes,
+                       op.requested);
+  }
+  if (op.kind == OpKind::kRead && whole_file && !op.eof && op.attrs &&
+      op.bytes < op.attrs->size) {
+    return fmt::format("read {}: got the first {} of {} bytes; give --count (or --read-max)",
+                       op.path, op.bytes, op.attrs->size);
+  }
+  return "";
 }
 
 std::string op_line(const OpResult &op) {

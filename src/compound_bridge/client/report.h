@@ -22,8 +22,10 @@ struct RunInfo {
 
 // "ok", the error name, or "not run".
 std::string op_status(const OpResult &op);
-// Whether OP did all it was asked to (a write that the server cut short did not).
-bool op_complete(const OpResult &op);
+// Why OP, although it succeeded, did not do all it was asked to, or "": a write the
+// server cut short; a read of a whole file (WHOLE_FILE: no --count) that stopped at
+// --read-max before the end.
+std::string incomplete(const OpResult &op, bool whole_file);
 
 // The line of one operation (a readdir's names follow on lines of their own).
 std::string op_line(const OpResult &op);

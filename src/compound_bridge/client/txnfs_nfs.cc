@@ -4,8 +4,9 @@
 //             [--json] [--stable] [--retry N] [--read-max N] OP ARGS [';' OP ARGS]...
 //
 // The operations are in cli_ops.h. Exit status: 0 every operation succeeded; 1 the
-// COMPOUND failed with an NFS error (or a write came back short); 2 usage, connection or
-// protocol error; 3 the operations do not fit the session (nothing was sent).
+// COMPOUND failed with an NFS error, or an operation did not do all of it (report.h:
+// incomplete); 2 usage, connection or protocol error; 3 the operations do not fit the
+// session (nothing was sent).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -163,7 +164,11 @@ int run(const Options &o) {
   if (std::string hint = refusal_hint(r); !hint.empty()) std::cerr << "txnfs-nfs: " << hint << "\n";
   bool outputs_ok = write_outputs(ops, r);
   bool complete = true;
-  for (const OpResult &op : r.ops) complete = complete && op_complete(op);
+  for (size_t i = 0; i < ops.size(); i++) {
+    std::string why = incomplete(r.ops[i], !ops[i].count);
+    if (!why.empty()) std::cerr << "txnfs-nfs: " << why << "\n";
+    complete = complete && why.empty();
+  }
   if (!outputs_ok) return kExitUsage;
   return r.ok() && complete ? kExitOk : kExitNfsError;
 }
@@ -185,7 +190,8 @@ int main(int argc, char **argv) {
       "  setattr PATH KEY=VALUE...  (mode=0644 size=N uid=N gid=N atime=now|SEC[.NSEC] mtime=)\n"
       "PATH is below the export, or fh:HEX (a handle from getfh), or fh:HEX/NAME.\n"
       "--size N writes N bytes of the records \"PATH@OFFSET\\n\". N may end in K, M or G.\n\n"
-      "Exit status: 0 all succeeded; 1 the COMPOUND failed with an NFS error; 2 usage, "
+      "Exit status: 0 all succeeded; 1 the COMPOUND failed with an NFS error, or a write "
+      "came back short, or a read without --count stopped before the end; 2 usage, "
       "connection or protocol error; 3 the operations do not fit the session.",
       "txnfs-nfs"};
   app.prefix_command();  // everything from the first operation on is left to cli_ops
