@@ -58,6 +58,14 @@ int txnfs_commit(const char *mount_path, txnfs_id_t id);
 int txnfs_abort(const char *mount_path, txnfs_id_t id);
 int txnfs_info(const char *mount_path, txnfs_id_t id, struct txnfs_info *info);
 
+/* How long each lock wait of the transaction may last, in milliseconds, before the
+ * request fails with ETIMEDOUT and the transaction becomes abort-only (0: fail at once
+ * on any conflict). The default is the mount's --lock-timeout-ms. A short timeout suits
+ * callers that retry whole transactions, such as the NFS bridge: waits that pass
+ * through locks txnfs cannot see (the kernel's inode locks, an NFS server's own) end
+ * quickly instead of after the mount's default. */
+int txnfs_set_lock_timeout(const char *mount_path, txnfs_id_t id, uint32_t ms);
+
 /* A buffer of this size always holds the status text and its NUL. */
 #define TXNFS_STATUS_JSON_MAX 8192
 

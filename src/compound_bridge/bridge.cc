@@ -106,6 +106,13 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
                 status == TXNFS_BRIDGE_NFS4ERR_DELAY ? "NFS4ERR_DELAY" : "NFS4ERR_SERVERFAULT");
     return verdict(TXNFS_BRIDGE_REFUSE, status);
   }
+  rc = txnfs_set_lock_timeout(config.mount.c_str(), t.id, config.lock_timeout_ms);
+  if (rc != 0) {
+    logger.line("error: cannot set the lock timeout of transaction {}: {}; answering "
+                "NFS4ERR_SERVERFAULT without running it", t.id, std::strerror(-rc));
+    abort_txn(t);
+    return verdict(TXNFS_BRIDGE_REFUSE, TXNFS_BRIDGE_NFS4ERR_SERVERFAULT);
+  }
   current = std::move(t);
   return verdict(TXNFS_BRIDGE_RUN_TXN);
 }

@@ -6,10 +6,16 @@
 //   all_compounds = no   yes: every COMPOUND runs as one transaction, whatever its tag
 //   log = /path          append the bridge's log lines here (default: stderr)
 //   verbose = no         yes: also log every transactional COMPOUND's outcome
+//   lock_timeout_ms = 250  how long one lock wait of a transactional COMPOUND may last
+//                        before it is rolled back and answered NFS4ERR_DELAY (0..60000).
+//                        Short on purpose: a wait can pass through locks txnfs cannot
+//                        see (Ganesha's object locks, the kernel's inode locks), and
+//                        only a timeout ends such a cycle; the client retries.
 //
 // Unknown keys, repeated keys and malformed values are errors: a typo must not silently
 // turn transactions off.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +28,7 @@ struct Config {
   bool all_compounds = false;
   std::string log;  // empty: stderr
   bool verbose = false;
+  uint32_t lock_timeout_ms = 250;
 
   // Whether a COMPOUND with this tag runs as a transaction.
   bool transactional(std::string_view tag) const {

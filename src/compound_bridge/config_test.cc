@@ -28,15 +28,17 @@ TEST_CASE("bridge config: defaults and every key", "[bridge]") {
   CHECK_FALSE(c->all_compounds);
   CHECK(c->log.empty());
   CHECK_FALSE(c->verbose);
+  CHECK(c->lock_timeout_ms == 250);
 
   c = parse_config(" mount=/m  # the export\ntag_prefix = tx:\r\nall_compounds = yes\n"
-                   "log = /var/log/b.log\nverbose = true", &error);
+                   "log = /var/log/b.log\nverbose = true\nlock_timeout_ms = 0", &error);
   REQUIRE(c);
   CHECK(c->mount == "/m");
   CHECK(c->tag_prefix == "tx:");
   CHECK(c->all_compounds);
   CHECK(c->log == "/var/log/b.log");
   CHECK(c->verbose);
+  CHECK(c->lock_timeout_ms == 0);
 }
 
 TEST_CASE("bridge config: which tags are transactional", "[bridge]") {
@@ -64,4 +66,8 @@ TEST_CASE("bridge config: errors name the line", "[bridge]") {
   CHECK(error_of("mount = /m\ntag_prefix =\n") ==
         "line 2: tag_prefix must not be empty (use all_compounds = yes)");
   CHECK(error_of("mount = /m\nlog = b.log\n") == "line 2: log must be an absolute path");
+  CHECK(error_of("mount = /m\nlock_timeout_ms = 1s\n") ==
+        "line 2: lock_timeout_ms must be a number of milliseconds from 0 to 60000, not `1s`");
+  CHECK(error_of("mount = /m\nlock_timeout_ms = 60001\n") ==
+        "line 2: lock_timeout_ms must be a number of milliseconds from 0 to 60000, not `60001`");
 }

@@ -71,6 +71,14 @@ int txnfs_info(const char *mount_path, txnfs_id_t id, struct txnfs_info *info) {
   return rc;
 }
 
+int txnfs_set_lock_timeout(const char *mount_path, txnfs_id_t id, uint32_t ms) {
+  struct txnfs_ioc_lock_timeout arg;
+  memset(&arg, 0, sizeof arg);
+  arg.id = id;
+  arg.ms = ms;
+  return control(mount_path, TXNFS_IOC_LOCK_TIMEOUT, &arg);
+}
+
 int txnfs_status_json(const char *mount_path, char *buf, size_t len) {
   if (buf == NULL || len == 0) return -EINVAL;
   /* 8 KiB: on the heap rather than on the caller's (possibly small) thread stack */

@@ -19,6 +19,12 @@ struct txnfs_ioc_id {
   uint64_t id;
 };
 
+struct txnfs_ioc_lock_timeout {
+  uint64_t id;
+  uint32_t ms;
+  uint32_t reserved;  // 0
+};
+
 // Status of the whole mount, as JSON text (truncated to fit; `truncated` set then).
 struct txnfs_ioc_status {
   uint32_t len;
@@ -31,3 +37,4 @@ struct txnfs_ioc_status {
 #define TXNFS_IOC_ABORT _IOW(TXNFS_IOC_MAGIC, 3, struct txnfs_ioc_id)
 #define TXNFS_IOC_INFO _IOWR(TXNFS_IOC_MAGIC, 4, struct txnfs_info)
 #define TXNFS_IOC_STATUS _IOR(TXNFS_IOC_MAGIC, 5, struct txnfs_ioc_status)
+#define TXNFS_IOC_LOCK_TIMEOUT _IOW(TXNFS_IOC_MAGIC, 6, struct txnfs_ioc_lock_timeout)

@@ -43,7 +43,7 @@ int Op::lock(const LockKey &key, LockMode mode) {
   if (lockless_) return 0;
   if (mode == LockMode::X || mode == LockMode::IX) mutating_ = true;
   LockOwner &owner = txn_ ? static_cast<LockOwner &>(*txn_) : *plain_;
-  int err = fs_.locks.acquire(owner, key, mode, fs_.txns->limits.lock_timeout);
+  int err = fs_.locks.acquire(owner, key, mode, fs_.txns->lock_timeout(txn_.get()));
   if (err && txn_) txn_->doom(err);
   return err;
 }

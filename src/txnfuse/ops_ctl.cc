@@ -47,6 +47,13 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
       if (err) return (void)fuse_reply_err(req, err);
       return (void)fuse_reply_ioctl(req, 0, &i, sizeof i);
     }
+    case TXNFS_IOC_LOCK_TIMEOUT: {
+      txnfs_ioc_lock_timeout t;
+      if (!in(t) || t.reserved != 0) return (void)fuse_reply_err(req, EINVAL);
+      int err = tm.set_lock_timeout(ctx->uid, t.id, t.ms);
+      if (err) return (void)fuse_reply_err(req, err);
+      return (void)fuse_reply_ioctl(req, 0, nullptr, 0);
+    }
     case TXNFS_IOC_STATUS: {
       if (out_bufsz < sizeof(txnfs_ioc_status)) return (void)fuse_reply_err(req, EINVAL);
       auto st = std::make_unique<txnfs_ioc_status>();

@@ -223,6 +223,14 @@ int TxnManager::abort(uid_t uid, uint64_t id) {
   return ENOENT;
 }
 
+int TxnManager::set_lock_timeout(uid_t uid, uint64_t id, uint32_t ms) {
+  TxnPtr t = find(id);
+  if (!t) return ENOENT;
+  if (uid != 0 && uid != t->uid) return EPERM;
+  t->lock_timeout_ms = int64_t(ms);
+  return 0;
+}
+
 int TxnManager::info(uid_t uid, uint64_t id, struct txnfs_info *out) {
   TxnPtr t = find(id);
   if (!t) return ENOENT;

@@ -69,6 +69,7 @@ struct Txn : LockOwner {
   std::atomic<int> state{TXNFS_ACTIVE};
   std::atomic<int> error{0};  // errno that made it abort-only
   std::atomic<uint64_t> ops{0};
+  std::atomic<int64_t> lock_timeout_ms{-1};  // per lock wait; -1: the mount's default
 
   std::mutex mu;  // guards everything below
   std::unique_ptr<UndoLog> log;  // created at the first change
@@ -133,6 +134,12 @@ class TxnManager {
   int commit(uid_t uid, uint64_t id);
   int abort(uid_t uid, uint64_t id);
   int info(uid_t uid, uint64_t id, struct txnfs_info *out);
+  int set_lock_timeout(uid_t uid, uint64_t id, uint32_t ms);
+  // How long a lock wait of `t` (null: a plain request) may last.
+  std::chrono::milliseconds lock_timeout(const Txn *t) const {
+    int64_t ms = t ? t->lock_timeout_ms.load(std::memory_order_relaxed) : -1;
+    return ms >= 0 ? std::chrono::milliseconds(ms) : limits.lock_timeout;
+  }
   std::string status_json();
 
   // Request accounting: a request of `t` starts/ends. enter() fails with the error

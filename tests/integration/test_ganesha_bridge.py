@@ -316,7 +316,8 @@ def wait_for_waiters(mnt, n):
 
 @needs_patched
 def test_lock_timeout_answers_delay_and_rolls_back(mnt, servers):
-    mnt.remount("--lock-timeout-ms", "300")
+    """The bridge's lock_timeout_ms (default 250 ms), not the mount's 10 s, bounds the
+    wait of a transactional COMPOUND."""
     for name in ("x", "y"):
         tl.write_file(mnt.path / name, b"orig")
     g = servers()
@@ -327,7 +328,7 @@ def test_lock_timeout_answers_delay_and_rolls_back(mnt, servers):
         t0 = time.monotonic()
         r = c.compound([op.putfh(fy), op.write(b"NFS", stateid=nfs.ANONYMOUS_STATEID),
                         op.putfh(fx), op.write(b"NFS", stateid=nfs.ANONYMOUS_STATEID)], tag="txn")
-        assert time.monotonic() - t0 >= 0.3
+        assert 0.25 <= time.monotonic() - t0 < 5
         assert r.status == DELAY and r.results[-1].status == DELAY, r
         assert [s for _, s in r.statuses()[:-1]] == [OK] * 4
         holder.commit()

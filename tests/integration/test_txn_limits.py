@@ -94,3 +94,35 @@ def test_full_disk_mid_transaction_leaves_it_abortable(mnt):
     # and the store still works
     (mnt.path / "after").write_bytes(b"ok")
     assert (mnt.path / "after").read_bytes() == b"ok"
+
+
+def test_per_transaction_lock_timeout(mnt):
+    """txnfs_set_lock_timeout bounds one transaction's lock waits (the mount's default is
+    10 s); the loser becomes abort-only with ETIMEDOUT. A finished transaction has none
+    to set (ENOENT)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    _populate(mnt.path)
+    before = S.stable_snapshot(mnt.path)
+    holder = ThreadPoolExecutor(1)  # a transaction bound to another thread holds keep/f0
+    hid = holder.submit(tl.txn_begin, mnt.path).result()
+    holder.submit(tl.write_file, mnt.path / "keep" / "f0", b"held").result()
+    tid = tl.txn_begin(mnt.path)
+    try:
+        assert tl.txn_set_lock_timeout(mnt.path, tid, 200) == 0
+        t0 = time.monotonic()
+        try:
+            tl.write_file(mnt.path / "keep" / "f0", b"mine")
+            raise AssertionError("a write to a locked file succeeded")
+        except OSError as e:
+            assert e.errno == errno.ETIMEDOUT, e
+        assert 0.2 <= time.monotonic() - t0 < 5
+        rc, info = tl.txn_info(mnt.path, tid)
+        assert rc == 0 and info.error == errno.ETIMEDOUT
+    finally:
+        assert tl.txn_abort(mnt.path, tid) == 0
+    assert tl.txn_set_lock_timeout(mnt.path, tid, 200) == -errno.ENOENT
+    assert holder.submit(tl.txn_abort, mnt.path, hid).result() == 0
+    holder.shutdown()
+    S.assert_restored(mnt, before, "after a lock timeout")

@@ -638,8 +638,9 @@ def libtxnfs():
         lib.txnfs_abort.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
         lib.txnfs_info.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(TxnInfo)]
         lib.txnfs_status_json.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.txnfs_set_lock_timeout.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32]
         for f in (lib.txnfs_begin, lib.txnfs_commit, lib.txnfs_abort, lib.txnfs_info,
-                  lib.txnfs_status_json):
+                  lib.txnfs_status_json, lib.txnfs_set_lock_timeout):
             f.restype = ctypes.c_int
         _libtxnfs = lib
     return _libtxnfs
@@ -667,6 +668,11 @@ def txn_commit(mount, tid) -> int:
 
 def txn_abort(mount, tid) -> int:
     return libtxnfs().txnfs_abort(os.fsencode(str(mount)), tid)
+
+
+def txn_set_lock_timeout(mount, tid, ms) -> int:
+    """0 or -errno."""
+    return libtxnfs().txnfs_set_lock_timeout(os.fsencode(str(mount)), tid, ms)
 
 
 def txn_info(mount, tid):
