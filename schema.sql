@@ -1,6 +1,12 @@
 -- txnfs metadata schema. This file is the only place the schema is written: the
 -- build embeds it into the binary, `txnfs init` executes it, and `txnfs mount`
--- refuses a database whose user_version differs from the one set below.
+-- refuses a database whose user_version is newer than the one set below.
+--
+-- Upgrades: an older database (from version 2 on) is upgraded when a read-write open
+-- (mount, fsck, recover) finds it: in one SQLite transaction its views are dropped and
+-- this whole file runs again. So every statement here must be idempotent (IF NOT
+-- EXISTS) and every change additive: new tables, indexes and views, never a changed
+-- table. Version 3 added undo_records and the undo_steps view.
 --
 -- Invariant: every object (file, directory, symlink, device, fifo, socket) of the
 -- visible tree has exactly one row in `handles`, and every row names an object that
@@ -9,7 +15,7 @@
 PRAGMA user_version = 3;
 
 -- Store-wide facts: schema_version, store_uuid, created, backups ('reflink'|'copy').
-CREATE TABLE meta (
+CREATE TABLE IF NOT EXISTS meta (
   key   TEXT PRIMARY KEY,
   value TEXT NOT NULL
 ) WITHOUT ROWID;
@@ -27,7 +33,7 @@ CREATE TABLE meta (
 --   parent      nodeid of the directory holding `name` (NULL for the root, and for a
 --               hard-linked file whose recorded name was removed while others remain)
 --   name        one name of the object in `parent`
-CREATE TABLE handles (
+CREATE TABLE IF NOT EXISTS handles (
   nodeid     INTEGER PRIMARY KEY,
   generation INTEGER NOT NULL,
   uuid       TEXT    NOT NULL UNIQUE,
@@ -38,10 +44,10 @@ CREATE TABLE handles (
   name       TEXT,
   CHECK ((parent IS NULL) = (name IS NULL))
 );
-CREATE INDEX handles_by_name ON handles(parent, name);
+CREATE INDEX IF NOT EXISTS handles_by_name ON handles(parent, name);
 
 -- Documented view: the handle table with readable object kinds.
-CREATE VIEW handle_table AS
+CREATE VIEW IF NOT EXISTS handle_table AS
   SELECT nodeid, generation, uuid, ino,
          CASE type WHEN 16384 THEN 'dir' WHEN 32768 THEN 'file' WHEN 40960 THEN 'symlink'
                    WHEN 8192 THEN 'chardev' WHEN 24576 THEN 'blockdev' WHEN 4096 THEN 'fifo'
@@ -55,7 +61,7 @@ CREATE VIEW handle_table AS
 -- row is the commit record. Its undo log lives in STORE/.txnfs/backups/<id>/; a log
 -- without a committed row belongs to a transaction that recovery rolls back.
 -- Rows of finished transactions are deleted once their logs are gone for good.
-CREATE TABLE txns (
+CREATE TABLE IF NOT EXISTS txns (
   id       INTEGER PRIMARY KEY AUTOINCREMENT,
   state    TEXT    NOT NULL CHECK (state IN ('active', 'committed', 'aborted')),
   uid      INTEGER NOT NULL,   -- owner
@@ -78,7 +84,7 @@ CREATE TABLE txns (
 --               (backing inode number of the directory and the entry name)
 --   dir2, name2 renamed: the destination
 --   off, len    data: the byte range saved (block-aligned); len is the bytes kept
-CREATE TABLE undo_records (
+CREATE TABLE IF NOT EXISTS undo_records (
   txid       INTEGER NOT NULL,
   seq        INTEGER NOT NULL,
   kind       TEXT    NOT NULL,
@@ -96,7 +102,7 @@ CREATE TABLE undo_records (
 
 -- Documented view: transactions that have not finished, with the size of their logs
 -- (as far as mirrored into undo_records).
-CREATE VIEW open_transactions AS
+CREATE VIEW IF NOT EXISTS open_transactions AS
   SELECT t.id, t.uid, t.pid, CASE t.flags & 1 WHEN 1 THEN 'process' ELSE 'thread' END AS bound_to,
          t.started, t.state,
          (SELECT count(*) FROM undo_records u WHERE u.txid = t.id) AS undo_steps,
@@ -107,7 +113,7 @@ CREATE VIEW open_transactions AS
 -- Documented view: the undo steps of every transaction that has a record, in the order
 -- an abort would undo them (newest first), with the current path of each object
 -- concerned where the handle table knows it.
-CREATE VIEW undo_steps AS
+CREATE VIEW IF NOT EXISTS undo_steps AS
   SELECT u.txid, u.seq, u.kind, t.state AS txn_state,
          u.ino, u.generation, h.nodeid, h.parent AS object_parent, h.name AS object_name,
          u.dir, u.name, u.dir2, u.name2, u.off, u.len, u.recorded

@@ -75,6 +75,33 @@ MetaDb::~MetaDb() {
   sqlite3_close(db_);
 }
 
+// Additive upgrade (see schema.sql): drop the views, run schema.sql again, all in one
+// SQLite transaction, then make it durable. A crash leaves the old version intact.
+void MetaDb::upgrade_from(int version) {
+  std::lock_guard g(mu_);
+  exec("BEGIN IMMEDIATE");
+  try {
+    std::vector<std::string> views;
+    sqlite3_stmt *s = nullptr;
+    if (sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type = 'view'", -1, &s,
+                           nullptr) != SQLITE_OK)
+      throw Error(fmt::format("metadata database {}: {}", path_, sqlite3_errmsg(db_)));
+    while (sqlite3_step(s) == SQLITE_ROW)
+      views.emplace_back(reinterpret_cast<const char *>(sqlite3_column_text(s, 0)));
+    sqlite3_finalize(s);
+    for (const std::string &v : views) exec(fmt::format("DROP VIEW \"{}\"", v).c_str());
+    exec(kSchemaSql);
+    exec(fmt::format("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '{}')",
+                     kSchemaVersion).c_str());
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+  sync();
+  upgraded_from_ = version;
+}
+
 void MetaDb::exec(const char *sql) {
   char *msg = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
@@ -174,11 +201,17 @@ std::unique_ptr<MetaDb> MetaDb::open(const std::string &path, bool readonly) {
       throw Error(fmt::format("metadata database {} is unreadable: {}", path, err),
                   "the file is corrupt; restore it from a backup (txnfs never overwrites it)");
   }
-  if (version != kSchemaVersion)
+  bool upgrade = version >= kOldestUpgradable && version < kSchemaVersion;
+  if (version != kSchemaVersion && !upgrade)
     throw Error(fmt::format("metadata database {} has schema version {}, this txnfs knows {}",
                             path, version, kSchemaVersion),
                 version > kSchemaVersion ? "use the newer txnfs that created it"
                                          : "the database is not a txnfs database or is damaged");
+  if (upgrade && readonly)
+    throw Error(fmt::format("metadata database {} has schema version {}; this txnfs upgrades "
+                            "it to {} when it opens it for writing",
+                            path, version, kSchemaVersion),
+                "mount the store (or run txnfs fsck on it) once with this txnfs");
   {
     sqlite3_stmt *s = nullptr;
     rc = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &s, nullptr);
@@ -195,6 +228,7 @@ std::unique_ptr<MetaDb> MetaDb::open(const std::string &path, bool readonly) {
                   "restore it from a backup (txnfs never overwrites it)");
   }
   if (!readonly) m->exec("PRAGMA synchronous = NORMAL");
+  if (upgrade) m->upgrade_from(version);
   try {
     m->prepare_all();
   } catch (const Error &e) {

@@ -21,6 +21,8 @@ struct sqlite3_stmt;
 namespace txnfs {
 
 inline constexpr int kSchemaVersion = 3;
+// Databases from this version on are upgraded in place (see schema.sql).
+inline constexpr int kOldestUpgradable = 2;
 
 struct HandleRow {
   uint64_t nodeid = 0;
@@ -94,6 +96,9 @@ class MetaDb {
   // Makes everything committed so far durable (a WAL checkpoint-free fsync).
   void sync();
 
+  // The schema version open() upgraded this database from, or 0.
+  int upgraded_from() const { return upgraded_from_; }
+
   MetaDb(const MetaDb &) = delete;
   MetaDb &operator=(const MetaDb &) = delete;
 
@@ -102,12 +107,14 @@ class MetaDb {
   MetaDb(sqlite3 *db, std::string path);
   void prepare_all();
   void exec(const char *sql);
+  void upgrade_from(int version);
   sqlite3_stmt *prep(const char *sql);
 
   sqlite3 *db_;
   std::string path_;
   std::recursive_mutex mu_;
   int tx_depth_ = 0;
+  int upgraded_from_ = 0;
   sqlite3_stmt *get_meta_ = nullptr, *set_meta_ = nullptr, *get_handle_ = nullptr,
                *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,
                *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr,

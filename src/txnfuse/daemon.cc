@@ -98,6 +98,8 @@ int run_mount(const MountOptions &opts) {
   // fork (SQLite connections must not cross fork).
   {
     auto db = MetaDb::open(fs.paths.db);
+    if (int v = db->upgraded_from())
+      spdlog::info("metadata database upgraded from schema version {} to {}", v, kSchemaVersion);
     check_root(*db, tree);
     fs.reflink = db->get_meta("backups").value_or("reflink") == "reflink";
     RecoveryOptions ro;

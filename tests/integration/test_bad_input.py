@@ -229,3 +229,45 @@ def test_mount_missing_mountpoint(store, xfs):
         m.mount()
     finally:
         m.close()
+
+
+V2_VIEW = """CREATE VIEW open_transactions AS
+  SELECT id, uid, pid, CASE flags & 1 WHEN 1 THEN 'process' ELSE 'thread' END AS bound_to,
+         started, state
+  FROM txns WHERE state = 'active'"""
+
+
+def test_schema_2_store_is_upgraded_in_place(store, xfs):
+    """A store made by the release with schema version 2 (no undo_records) mounts: its
+    database is upgraded in one SQLite transaction, its data and handles kept."""
+    m = tl.Mount(store, xfs.tmp / "mnt", xfs.tmp / "txnfs.pid")
+    try:
+        m.mount()
+        tl.write_file(m.path / "kept", b"committed data")
+        ino = os.stat(m.path / "kept").st_ino
+        m.umount()
+        con = store.connect(readonly=False)
+        with con:
+            con.executescript("DROP VIEW undo_steps; DROP VIEW open_transactions; "
+                              f"DROP TABLE undo_records; {V2_VIEW}; PRAGMA user_version = 2;")
+        con.close()
+        m.mount()
+        assert store.query("PRAGMA user_version")[0]["user_version"] == 3
+        assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0]["value"] == "3"
+        assert store.query("SELECT * FROM undo_steps") == []
+        con = store.connect()
+        cols = [d[0] for d in con.execute("SELECT * FROM open_transactions").description]
+        con.close()
+        assert cols[-2:] == ["undo_steps", "backup_bytes"], cols
+        assert (m.path / "kept").read_bytes() == b"committed data"
+        assert os.stat(m.path / "kept").st_ino == ino
+        m.umount()
+        assert store.fsck().returncode == 0
+    finally:
+        m.close()
+
+
+def test_schema_1_is_refused(store, xfs):
+    store.execute("PRAGMA user_version = 1")
+    refused_mount(store.path, xfs, r"version 1\b", what="mount with user_version 1")
+    assert store.query("PRAGMA user_version")[0]["user_version"] == 1
