@@ -8,7 +8,10 @@ export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"   # where `cargo install` pu
 
 TXNFS_PACKAGES=(build-essential meson ninja-build pkgconf libfuse3-dev fuse3 libsqlite3-dev
                 sqlite3 uuid-dev catch2 libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
-                xfsprogs attr acl python3 python3-pytest fio)
+                xfsprogs attr acl python3 python3-pytest fio
+                libntirpc-dev nfs-ganesha nfs-ganesha-vfs)
+# nfs-ganesha + nfs-ganesha-vfs: Debian's unpatched server, the baseline the NFS tests and
+# benchmarks compare with (the patched one is built by scripts/build-ganesha).
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -52,9 +55,23 @@ txnfs_deps() {
   done
 }
 
+# Debian's nfs-ganesha package enables a system NFS server; txnfs only runs private
+# instances of its binary, so the service stays off where systemd runs.
+txnfs_no_system_ganesha() {
+  [[ -d /run/systemd/system ]] || return 0
+  systemctl disable --now nfs-ganesha.service >/dev/null 2>&1 || true
+}
+
 txnfs_build() {
   cd "$TXNFS_ROOT"
-  [[ -f build/build.ninja ]] || meson setup build
+  txnfs_no_system_ganesha
+  # The patched Ganesha first: its source tree also gives the txnfs-nfs client its XDR.
+  "$TXNFS_ROOT/scripts/build-ganesha" >/dev/null
+  if [[ ! -f build/build.ninja ]]; then
+    meson setup build
+  elif ! grep -q 'txnfs-nfs' build/build.ninja; then
+    meson setup --reconfigure build  # configured before the Ganesha source was there
+  fi
   [[ ${CI:-} != true ]] || meson configure build -Dwerror=true
   ninja -C build
 }
@@ -64,4 +81,49 @@ pid_alive() {
   local st
   st=$(cut -d')' -f2 "/proc/$1/stat" 2>/dev/null | awk '{print $1}') || return 1
   [[ -n $st && $st != Z && $st != X ]]
+}
+
+# -- the patched NFS-Ganesha of scripts/up (tests use tests/integration/ganesha_lib.py) --
+GANESHA_BIN=$TXNFS_ROOT/build/ganesha/prefix/bin/ganesha.nfsd
+BRIDGE_LIB=$TXNFS_ROOT/build/src/compound_bridge/libtxnfs_bridge.so
+
+txnfs_ganesha_running() {  # WORKDIR
+  [[ -f $1/ganesha.pid ]] && pid_alive "$(cat "$1/ganesha.pid")"
+}
+
+# Renders contrib/ganesha.conf into WORKDIR and starts the server exporting MOUNT on
+# 127.0.0.1:PORT; returns once the port accepts connections.
+txnfs_start_ganesha() {  # WORKDIR MOUNT PORT
+  local w=$1 mnt=$2 port=$3 i
+  mkdir -p "$w/recovery"
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    die "port $port on 127.0.0.1 is in use (set TXNFS_NFS_PORT to another port)"
+  fi
+  sed -e "s|@PORT@|$port|g" -e "s|@EXPORT_PATH@|$mnt|g" -e "s|@WORK@|$w|g" \
+    "$TXNFS_ROOT/contrib/ganesha.conf" >"$w/ganesha.conf"
+  printf 'mount = %s\nlog = %s\n' "$mnt" "$w/bridge.log" >"$w/bridge.conf"
+  echo "$port" >"$w/port"
+  rm -f "$w/ganesha.pid"
+  TXNFS_BRIDGE_LIB=$BRIDGE_LIB TXNFS_BRIDGE_CONF=$w/bridge.conf \
+    setsid "$GANESHA_BIN" -F -f "$w/ganesha.conf" -p "$w/ganesha.pid" -L "$w/ganesha.log" \
+    -N NIV_EVENT </dev/null >"$w/ganesha.out" 2>&1 &
+  echo $! >"$w/ganesha.pid"
+  for i in $(seq 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+    pid_alive "$(cat "$w/ganesha.pid")" || break
+    sleep 0.1
+  done
+  tail -20 "$w/ganesha.log" "$w/ganesha.out" >&2 || true
+  die "NFS-Ganesha did not start on 127.0.0.1:$port (see $w/ganesha.log)"
+}
+
+txnfs_stop_ganesha() {  # WORKDIR
+  local pid i
+  pid=$(cat "$1/ganesha.pid" 2>/dev/null) || return 0
+  if pid_alive "$pid"; then
+    kill -TERM "$pid"
+    for i in $(seq 150); do pid_alive "$pid" || break; sleep 0.1; done
+    if pid_alive "$pid"; then kill -KILL "$pid"; sleep 0.2; fi
+  fi
+  rm -f "$1/ganesha.pid"
 }
