@@ -273,3 +273,18 @@ def test_concurrent_compounds_are_serializable(nfs, mnt):
             f.result(timeout=600)
     final = {(mnt.path / "s" / n).read_text() for n in "xyz"}
     assert len(final) == 1
+
+
+def test_a_1_mib_compound_of_over_1024_operations_is_one_transaction(nfs, mnt):
+    """As many 4 KiB files as fit in 1 MiB: about 1,200 NFS operations, beyond stock
+    Ganesha's limits (100 operations; 1024 in its XDR code), in one transaction."""
+    n = 220  # 5 NFS operations each (PUTROOTFH, LOOKUP, OPEN, WRITE, CLOSE)
+    ops = [["write", f"/data/f{i:04}", "--size", "4096"] for i in range(n)]
+    r = nfs.run(*ops, txn=True)
+    assert r.ok, r.raw
+    assert r.raw["nfs_ops"] > 1024 and r.raw["request_bytes"] > 800_000, r.raw
+    assert len(os.listdir(mnt.path / "data")) == n + 3
+    before = S.stable_snapshot(mnt.path)
+    r = nfs.run(*[["write", f"/data/f{i:04}", "=overwritten"] for i in range(n)], FAIL, txn=True)
+    assert r.status == "NFS4ERR_NOENT" and r.raw["nfs_results"] > 1024, r.raw
+    restored(mnt, before, "failed COMPOUND of over 1,024 operations")
