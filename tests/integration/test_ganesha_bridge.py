@@ -23,11 +23,15 @@ import nfs4_probe as nfs  # noqa: E402
 import txnfs_lib as tl  # noqa: E402
 from nfs4_probe import op  # noqa: E402
 
-needs_patched = pytest.mark.skipif(
-    not (os.access(gl.patched_bin(), os.X_OK) and os.path.isfile(gl.bridge_lib())),
-    reason="patched NFS-Ganesha or libtxnfs_bridge.so not built (scripts/build-ganesha; ninja -C build)")
-needs_debian = pytest.mark.skipif(
-    not os.access(gl.DEBIAN_BIN, os.X_OK), reason="Debian's nfs-ganesha is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _servers_built():
+    """No skipping: scripts/test builds the patched server and installs Debian's."""
+    assert os.access(gl.patched_bin(), os.X_OK) and os.path.isfile(gl.bridge_lib()), \
+        "patched NFS-Ganesha or libtxnfs_bridge.so not built (scripts/build-ganesha; ninja -C build)"
+    assert os.access(gl.DEBIAN_BIN, os.X_OK), "Debian's nfs-ganesha is not installed"
+
 
 OK, NOENT, DELAY = nfs.NFS4_OK, nfs.NFS4ERR_NOENT, nfs.NFS4ERR_DELAY
 FAILS = [op.putrootfh(), op.remove("missing")]   # ends a COMPOUND with NFS4ERR_NOENT
@@ -78,7 +82,6 @@ def fh_of(c, name) -> bytes:
 # atomicity of one COMPOUND
 # --------------------------------------------------------------------------
 
-@needs_patched
 def test_tagged_compound_takes_effect_completely_or_not_at_all(mnt, servers):
     g = servers()
     with nfs.Client(g.port) as c:
@@ -103,7 +106,6 @@ def test_tagged_compound_takes_effect_completely_or_not_at_all(mnt, servers):
     assert "tag 'txn:fails'): aborted" in log and "tag 'txn:works'): committed" in log, log
 
 
-@needs_patched
 def test_all_compounds_makes_untagged_compounds_transactions(mnt, servers):
     g = servers(bridge_options={"all_compounds": "yes"})
     with nfs.Client(g.port) as c:
@@ -113,7 +115,6 @@ def test_all_compounds_makes_untagged_compounds_transactions(mnt, servers):
     assert no_open_transactions(mnt)
 
 
-@needs_patched
 def test_non_root_client(mnt, servers):
     """Operations run with the client's credentials, begin and commit with Ganesha's."""
     os.mkdir(mnt.path / "pub")
@@ -130,7 +131,6 @@ def test_non_root_client(mnt, servers):
     assert no_open_transactions(mnt)
 
 
-@needs_debian
 def test_baseline_unpatched_debian_server_ignores_tags(mnt, servers):
     g = servers(debian=True, bridge=False)
     with nfs.Client(g.port) as c:
@@ -138,7 +138,6 @@ def test_baseline_unpatched_debian_server_ignores_tags(mnt, servers):
     assert entries(mnt) == ["a"]
 
 
-@needs_patched
 def test_patched_server_without_bridge_behaves_unpatched(mnt, servers):
     g = servers(bridge=False)
     with nfs.Client(g.port) as c:
@@ -160,7 +159,6 @@ def retransmit(c, body, xid, tries=10) -> nfs.Reply:
     raise AssertionError(f"xid {xid:#x} not answered after {tries} retransmissions")
 
 
-@needs_patched
 def test_nfsv40_compounds_and_drc_replay(mnt, servers):
     g = servers()
     with nfs.Client(g.port, minorversion=0) as c:
@@ -179,7 +177,6 @@ def test_nfsv40_compounds_and_drc_replay(mnt, servers):
     assert sum("committed" in line for line in g.bridge_lines()) == 1
 
 
-@needs_patched
 @pytest.mark.parametrize("cachethis", [True, False])
 def test_nfsv41_slot_replay_runs_nothing(mnt, servers, cachethis):
     g = servers()
@@ -199,7 +196,6 @@ def test_nfsv41_slot_replay_runs_nothing(mnt, servers, cachethis):
     assert no_open_transactions(mnt)
 
 
-@needs_patched
 def test_compound_of_one_mib(mnt, servers):
     """The client packs COMPOUNDs up to 1 MiB: one that large runs and commits."""
     g = servers()
@@ -214,7 +210,6 @@ def test_compound_of_one_mib(mnt, servers):
 # what Ganesha serves after an abort
 # --------------------------------------------------------------------------
 
-@needs_patched
 def test_no_stale_state_after_an_aborted_compound(mnt, servers):
     """LOOKUP, GETATTR, READDIR and READ after aborted creations, writes, removals and
     renames show the state before them -- Ganesha keeps no cache that the rollback
@@ -264,7 +259,6 @@ def test_no_stale_state_after_an_aborted_compound(mnt, servers):
     assert entries(mnt) == ["d", "e", "f"]
 
 
-@needs_patched
 def test_open_stateid_of_an_aborted_compound_can_be_closed(mnt, servers):
     """Ganesha's NFSv4 state is not rolled back: the OPEN of an aborted COMPOUND leaves
     an open stateid for a file that no longer exists. The client closes it."""
@@ -314,7 +308,6 @@ def wait_for_waiters(mnt, n):
         f"expected {n} lock waits, status: {tl.txn_status(mnt.path)}"
 
 
-@needs_patched
 def test_lock_timeout_answers_delay_and_rolls_back(mnt, servers):
     """The bridge's lock_timeout_ms (default 250 ms), not the mount's 10 s, bounds the
     wait of a transactional COMPOUND."""
@@ -338,7 +331,6 @@ def test_lock_timeout_answers_delay_and_rolls_back(mnt, servers):
     assert no_open_transactions(mnt)
 
 
-@needs_patched
 def test_deadlock_victim_answers_delay_and_rolls_back(mnt, servers):
     """Local T1 holds x, local T3 holds z. The NFS COMPOUND T2 writes y, then waits for z.
     T1 then waits for y (held by T2). When T3 commits, T2 goes on to write x: that closes
@@ -373,7 +365,6 @@ def test_deadlock_victim_answers_delay_and_rolls_back(mnt, servers):
 # failures of the transaction itself
 # --------------------------------------------------------------------------
 
-@needs_patched
 @pytest.mark.parametrize("minor", [1, 0])
 def test_failed_commit_collapses_reply_and_dead_mount_refuses(mnt, servers, minor):
     """The txnfs daemon dies inside the commit (crash-injection point): the reply becomes
@@ -407,7 +398,6 @@ def test_failed_commit_collapses_reply_and_dead_mount_refuses(mnt, servers, mino
     assert entries(mnt) == []
 
 
-@needs_patched
 @pytest.mark.parametrize("bad", ["config", "library"])
 def test_unusable_bridge_stops_the_server(mnt, servers, bad):
     kwargs = ({"bridge_options": {"monut": "/typo"}} if bad == "config"
