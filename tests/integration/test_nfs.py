@@ -288,3 +288,20 @@ def test_a_1_mib_compound_of_over_1024_operations_is_one_transaction(nfs, mnt):
     r = nfs.run(*[["write", f"/data/f{i:04}", "=overwritten"] for i in range(n)], FAIL, txn=True)
     assert r.status == "NFS4ERR_NOENT" and r.raw["nfs_results"] > 1024, r.raw
     restored(mnt, before, "failed COMPOUND of over 1,024 operations")
+
+
+def test_plain_compounds_do_not_see_an_open_transaction(nfs, mnt):
+    """An untagged COMPOUND is a plain request to the daemon: while a transaction has
+    changed a file and created another, NFS shows the committed state only."""
+    tid = tl.txn_begin(mnt.path)  # bound to this thread; the client is another process
+    try:
+        tl.write_file(mnt.path / "data" / "a", b"uncommitted")
+        (mnt.path / "data" / "new").write_bytes(b"uncommitted")
+        assert nfs.read("/data/a") == b"a" * 5000
+        assert nfs.getattr("/data/a")["size"] == 5000
+        assert nfs.names("/data") == ["a", "b", "c"]
+        assert nfs.run(["getattr", "/data/new"]).status == "NFS4ERR_NOENT"
+    finally:
+        assert tl.txn_commit(mnt.path, tid) == 0
+    assert nfs.read("/data/a") == b"uncommitted"
+    assert nfs.names("/data") == ["a", "b", "c", "new"]
