@@ -12,6 +12,9 @@
 //            around --size), created through COMPOUNDs (mkdirs, then files).
 //   list     READDIR + GETATTR of every entry of that tree, a directory per COMPOUND.
 //   remove   the tree removed, files then directories, as many per COMPOUND as fit.
+// --per caps the files per COMPOUND (a server accepting fewer operations gets fewer);
+// --max-request / --max-response are what CREATE_SESSION asks for (default 1 MiB; a
+// file larger than that needs more, as a file is written or read in one COMPOUND).
 // Files live under --dir (created if missing, in an untimed COMPOUND). A COMPOUND that
 // fails with NFS4ERR_DELAY (a transaction that lost a conflict) is sent again after a
 // short backoff when nothing of it can have been applied: the run counts these retries.
@@ -55,6 +58,8 @@ struct Options {
   bool stable = false;
   uint32_t max_retries = 1000;
   uint32_t max_ops = 16384;  // what the server really accepts (it may grant more)
+  uint32_t max_request = 1 << 20;   // what CREATE_SESSION asks for
+  uint32_t max_response = 1 << 20;
 };
 
 struct Tally {
@@ -72,6 +77,8 @@ nfs::ClientOptions client_options(const Options &o) {
   c.port = o.port;
   c.export_path = o.export_path;
   c.max_operations = o.max_ops;
+  c.max_request = o.max_request;
+  c.max_response = o.max_response;
   return c;
 }
 
@@ -125,6 +132,29 @@ size_t fitting(nfs::Client &cl, const Options &o, size_t want, Add add) {
   return std::max<size_t>(n, 1);
 }
 
+// Sends ADD(c, i) for i in [0, n), in order, PER at a time (fewer when a COMPOUND of
+// PER does not fit: the items are not all the same size).
+template <typename Add>
+void send_chunked(nfs::Client &cl, const Options &o, Tally &t, size_t n, size_t per, Add add,
+                  const char *what) {
+  size_t i = 0;
+  while (i < n) {
+    bench::check_interrupt();
+    size_t k = std::min(std::max<size_t>(per, 1), n - i);
+    for (;;) {
+      nfs::Compound c(cl);
+      for (size_t j = 0; j < k; ++j) add(c, i + j);
+      if (k > 1 && !c.fit(o.tag).fits) {
+        k = k * 9 / 10;
+        continue;
+      }
+      execute(c, o, t, what);
+      break;
+    }
+    i += k;
+  }
+}
+
 std::string file_path(const Options &o, uint32_t client, uint32_t i) {
   // The first shared_pct% of every client's files have common names.
   if (i < uint64_t(o.files) * o.shared_pct / 100) return fmt::format("{}/shared/f{:06}", o.dir, i);
@@ -150,16 +180,25 @@ Tally write_files(nfs::Client &cl, const Options &o, uint32_t client) {
   }
   nfs::WriteOptions wo;
   wo.stable = o.stable;
-  size_t per = o.per ? o.per : fitting(cl, o, o.files, [&](nfs::Compound &c, size_t i) {
+  // --per is a cap: a server that accepts fewer operations (Debian's Ganesha: 100) gets
+  // as many as fit; the JSON's files_per_compound says what was sent.
+  size_t per = fitting(cl, o, o.per ? o.per : o.files, [&](nfs::Compound &c, size_t i) {
     c.write(paths[i], data[i], wo);
   });
+  {
+    nfs::Compound one(cl);
+    one.write(paths[0], data[0], wo);
+    nfs::Fit f = one.fit(o.tag);
+    if (!f.fits)
+      fail(fmt::format("one file of {} bytes does not fit one COMPOUND ({} bytes, the session "
+                       "allows {}; raise --max-request)",
+                       o.size, f.request_bytes, f.max_request));
+  }
   for (size_t i = 0; i < paths.size(); i += per) {
     bench::check_interrupt();
     nfs::Compound c(cl);
     size_t end = std::min(paths.size(), i + per);
     for (size_t j = i; j < end; ++j) c.write(paths[j], data[j], wo);
-    if (o.per && !c.fit(o.tag).fits)
-      fail(fmt::format("{} files of {} bytes do not fit one COMPOUND", o.per, o.size));
     execute(c, o, t, "write");
     t.files += end - i;
     t.bytes += (end - i) * o.size;
@@ -170,9 +209,17 @@ Tally write_files(nfs::Client &cl, const Options &o, uint32_t client) {
 Tally read_files(nfs::Client &cl, const Options &o, uint32_t client) {
   Tally t;
   // Replies carry the data: as many files as fit the maximum response.
+  // Each file's reply: OPEN, GETATTR, READs, CLOSE results (~400 bytes) plus the data.
+  // A file larger than the session's maximum response cannot be read in one COMPOUND
+  // (txnfs-nfs reads from offset 0 only): raise --max-response.
   size_t limit = cl.limits().max_response;
-  size_t per = o.per ? o.per : std::max<size_t>(1, (limit - 512) / (o.size + 400));
-  per = std::min<size_t>({per, o.files, cl.limits().max_operations / 8});
+  if (o.size + 1024 > limit)
+    fail(fmt::format("read: a file of {} bytes does not fit the maximum response of {} "
+                     "bytes; raise --max-response",
+                     o.size, limit));
+  size_t fit_n = std::max<size_t>(1, (limit - 512) / (o.size + 400));
+  size_t per = o.per ? std::min<size_t>(o.per, fit_n) : fit_n;
+  per = std::min<size_t>({per, o.files, std::max<uint32_t>(1, cl.limits().max_operations / 8)});
   for (uint32_t i = 0; i < o.files; i += uint32_t(per)) {
     bench::check_interrupt();
     nfs::Compound c(cl);
@@ -210,10 +257,11 @@ Tally tree_create(nfs::Client &cl, const Options &o) {
   Tally t;
   Tree tr = make_tree(o);
   {
-    nfs::Compound c(cl);
-    c.mkdir(o.dir + "/src", 0755);
-    for (auto &d : tr.dirs) c.mkdir(d, 0755);  // parents come first
-    execute(c, o, t, "mkdir");
+    std::vector<std::string> dirs = tr.dirs;
+    dirs.insert(dirs.begin(), o.dir + "/src");  // parents come first
+    size_t per = fitting(cl, o, dirs.size(), [&](nfs::Compound &c, size_t i) { c.mkdir(dirs[i], 0755); });
+    send_chunked(cl, o, t, dirs.size(), per, [&](nfs::Compound &c, size_t i) { c.mkdir(dirs[i], 0755); },
+                 "mkdir");
   }
   std::string data = content(1 << 20, 99);
   size_t i = 0;
@@ -252,10 +300,15 @@ Tally tree_list(nfs::Client &cl, const Options &o) {
     t.compounds++;
     if (!r.ok()) fail(fmt::format("readdir {}: {}", d, nfs::status_name(r.status)));
     // GETATTR of every entry, as `ls -l` does.
-    nfs::Compound g(cl);
-    for (auto &n : r.ops[0].names) g.getattr(d + "/" + n);
-    if (g.size()) execute(g, o, t, "getattr");
-    t.files += r.ops[0].names.size();
+    if (!r.ops[0].eof) fail(fmt::format("readdir {}: more entries than one READDIR returns", d));
+    std::vector<std::string> paths;
+    for (auto &n : r.ops[0].names) paths.push_back(d + "/" + n);
+    if (!paths.empty()) {
+      size_t per = fitting(cl, o, paths.size(), [&](nfs::Compound &c, size_t i) { c.getattr(paths[i]); });
+      send_chunked(cl, o, t, paths.size(), per, [&](nfs::Compound &c, size_t i) { c.getattr(paths[i]); },
+                   "getattr");
+    }
+    t.files += paths.size();
   }
   return t;
 }
@@ -266,16 +319,14 @@ Tally tree_remove(nfs::Client &cl, const Options &o) {
   size_t per = fitting(cl, o, tr.files.size(), [&](nfs::Compound &c, size_t i) {
     c.remove(tr.files[i].first);
   });
-  for (size_t i = 0; i < tr.files.size(); i += per) {
-    nfs::Compound c(cl);
-    for (size_t j = i; j < std::min(tr.files.size(), i + per); ++j) c.remove(tr.files[j].first);
-    execute(c, o, t, "remove");
-    t.files += std::min(tr.files.size(), i + per) - i;
-  }
-  nfs::Compound c(cl);
-  for (auto it = tr.dirs.rbegin(); it != tr.dirs.rend(); ++it) c.remove(*it);  // children first
-  c.remove(o.dir + "/src");
-  execute(c, o, t, "rmdir");
+  send_chunked(cl, o, t, tr.files.size(), per,
+               [&](nfs::Compound &c, size_t i) { c.remove(tr.files[i].first); }, "remove");
+  t.files += tr.files.size();
+  std::vector<std::string> dirs(tr.dirs.rbegin(), tr.dirs.rend());  // children first
+  dirs.push_back(o.dir + "/src");
+  size_t dper = fitting(cl, o, dirs.size(), [&](nfs::Compound &c, size_t i) { c.remove(dirs[i]); });
+  send_chunked(cl, o, t, dirs.size(), dper, [&](nfs::Compound &c, size_t i) { c.remove(dirs[i]); },
+               "rmdir");
   return t;
 }
 
@@ -308,6 +359,11 @@ int main(int argc, char **argv) {
       ->check(CLI::Range(0, 100));
   app.add_option("--dirs", o.dirs, "tree: directories");
   app.add_flag("--stable", o.stable, "FILE_SYNC4 writes");
+  app.add_option("--max-retries", o.max_retries, "NFS4ERR_DELAY retries per COMPOUND (default 1000)");
+  app.add_option("--max-request", o.max_request,
+                 "bytes of a COMPOUND call to ask CREATE_SESSION for (default 1 MiB)");
+  app.add_option("--max-response", o.max_response,
+                 "bytes of a COMPOUND reply to ask CREATE_SESSION for (default 1 MiB)");
   app.add_option("--max-ops", o.max_ops,
                  "NFS operations per COMPOUND to ask for (unpatched Ganesha 4.3 accepts 100)");
   CLI11_PARSE(app, argc, argv);
