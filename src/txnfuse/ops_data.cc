@@ -51,6 +51,7 @@ void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
 void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info *) { fuse_reply_err(req, 0); }
 
 void op_fsync(fuse_req_t req, fuse_ino_t, int datasync, fuse_file_info *fi) {
+  if (fs_of(req).txns->defers_fsync(fuse_req_ctx(req)->pid)) return (void)fuse_reply_err(req, 0);
   int rc = datasync ? ::fdatasync(int(fi->fh)) : ::fsync(int(fi->fh));
   fuse_reply_err(req, rc == 0 ? 0 : errno);
 }

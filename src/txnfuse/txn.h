@@ -131,6 +131,11 @@ class TxnManager {
   bool any_open() const { return open_count_.load(std::memory_order_acquire) > 0; }
 
   int begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, uint64_t *id);
+
+  // fsync/fdatasync from a transaction's thread returns at once: commit makes every
+  // effect durable, and an effect of a transaction that aborts or dies is undone
+  // whether or not it reached the disk (docs/crash-model.md).
+  bool defers_fsync(pid_t caller_tid) { return any_open() && bound(caller_tid) != nullptr; }
   int commit(uid_t uid, uint64_t id);
   int abort(uid_t uid, uint64_t id);
   int info(uid_t uid, uint64_t id, struct txnfs_info *out);

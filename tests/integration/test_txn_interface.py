@@ -304,3 +304,23 @@ def test_status_while_transaction_changed_the_root_directory(mnt):
     after `txnfs run MNT -- touch MNT/x` created a name in it; that is when status
     matters most."""
     _status_of_open_transaction(mnt, mnt.path)
+
+
+def test_fsync_in_a_transaction_succeeds_and_abort_still_undoes(mnt):
+    """fsync/fdatasync of a transaction's thread return at once (commit makes everything
+    durable); an aborted transaction's fsync'd write is undone all the same."""
+    p = mnt.path / "synced"
+    tl.write_file(p, b"before")
+    d = os.open(mnt.path, os.O_RDONLY | os.O_DIRECTORY)
+    tid = tl.txn_begin(mnt.path)
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+        os.write(fd, b"during")
+        os.fsync(fd)
+        os.fdatasync(fd)
+        os.close(fd)
+        os.fsync(d)
+    finally:
+        os.close(d)
+        assert tl.txn_abort(mnt.path, tid) == 0
+    assert p.read_bytes() == b"before"
