@@ -372,11 +372,8 @@ def test_failed_commit_collapses_reply_and_dead_mount_refuses(mnt, servers, mino
     transaction on the dead mount and is refused without running (SERVERFAULT, no
     results, SEQUENCE not run). Recovery at the next mount rolls the first one back."""
     mnt.umount()
-    os.environ["TXNFS_CRASH_AT"] = "commit.after_syncfs:1"
-    try:
+    with tl.crash_at("commit.after_syncfs:1"):
         mnt.mount()
-    finally:
-        del os.environ["TXNFS_CRASH_AT"]
     g = servers()
     with nfs.Client(g.port, minorversion=minor) as c:
         ops = ([op.putrootfh(), op.open_create("lost"), op.write(b"x" * 10000), op.close()]

@@ -213,11 +213,8 @@ def test_daemon_crash_in_the_middle_of_a_compound_is_recovered(store, xfs):
     before = S.stable_snapshot(m.path)
     m.umount()
     # The daemon dies after the 4th undo record of the next transaction: mid-COMPOUND.
-    os.environ["TXNFS_CRASH_AT"] = "undo.after_record:4"
-    try:
+    with tl.crash_at("undo.after_record:4"):
         m.mount()
-    finally:
-        del os.environ["TXNFS_CRASH_AT"]
     try:
         with gl.Ganesha(m.path, xfs.tmp / "ganesha") as g:
             r = Nfs(g.port).run(*FIGURE1, ["write", "/data/a", "=zzz"], txn=True, timeout=120)

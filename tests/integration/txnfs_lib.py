@@ -10,6 +10,7 @@ Nothing in this module knows about pytest; conftest.py turns it into fixtures.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -690,6 +691,17 @@ def txn_status(mount) -> dict:
     if rc < 0:
         raise OSError(-rc, f"txnfs_status_json: {os.strerror(-rc)}", str(mount))
     return json.loads(buf.value.decode())
+
+
+@contextlib.contextmanager
+def crash_at(point: str):
+    """Commands run inside the block (e.g. a mount, whose daemon keeps it) get
+    TXNFS_CRASH_AT=point: the process dies at that crash-injection point."""
+    os.environ["TXNFS_CRASH_AT"] = point
+    try:
+        yield
+    finally:
+        del os.environ["TXNFS_CRASH_AT"]
 
 
 def wait_until(pred, timeout=5.0, interval=0.05):
