@@ -302,3 +302,35 @@ def test_plain_compounds_do_not_see_an_open_transaction(nfs, mnt):
         assert tl.txn_commit(mnt.path, tid) == 0
     assert nfs.read("/data/a") == b"uncommitted"
     assert nfs.names("/data") == ["a", "b", "c", "new"]
+
+
+def test_concurrent_creations_are_all_or_nothing(nfs, mnt):
+    """Writers each create three files in three directories in one COMPOUND, some
+    COMPOUNDs failing at the end; readers list the three directories in one COMPOUND and
+    must see every stamp in all three or in none."""
+    for d in "pqr":
+        (mnt.path / d).mkdir()
+
+    def writer(i):
+        for k in range(10):
+            ops = [["write", f"/{d}/w{i}-{k}", f"={i}.{k}"] for d in "pqr"]
+            if k % 3 == 2:
+                ops.append(FAIL)
+            r = nfs.run(*ops, txn=True, retry=50)
+            assert r.ok == (k % 3 != 2), r.raw
+
+    def reader(_):
+        for _k in range(20):
+            r = nfs.run(*[["readdir", f"/{d}"] for d in "pqr"], txn=True, retry=50)
+            assert r.ok, r.raw
+            listings = [set(o["names"]) for o in r.ops]
+            assert listings[0] == listings[1] == listings[2], f"a reader saw a partial COMPOUND: {listings}"
+
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(5) as ex:
+        futs = [ex.submit(writer, i) for i in range(3)] + [ex.submit(reader, j) for j in range(2)]
+        for f in futs:
+            f.result(timeout=600)
+    want = {f"w{i}-{k}" for i in range(3) for k in range(10) if k % 3 != 2}
+    for d in "pqr":
+        assert set(os.listdir(mnt.path / d)) == want
