@@ -99,9 +99,7 @@ void execute(nfs::Compound &c, const Options &o, Tally &t, const char *what) {
     nfs::CompoundResult r = c.execute(o.tag);
     t.compounds++;
     if (r.ok()) return;
-    bool retry = r.status == nfs::kNfs4ErrDelay &&
-                 (!r.changed_before_failure || o.tag.rfind("txn", 0) == 0);
-    if (!retry || attempt >= o.max_retries)
+    if (!r.delay_retry_safe() || attempt >= o.max_retries)
       fail(fmt::format("{}: COMPOUND failed with {} at {}", what, nfs::status_name(r.status),
                        r.failed_at));
     t.retries++;

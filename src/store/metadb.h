@@ -88,7 +88,6 @@ class MetaDb {
   void insert_undo_records(const std::vector<UndoRecordRow> &rows);
   // Transaction ids that have undo_records rows but no transaction record (stale).
   std::vector<uint64_t> orphan_undo_records();
-  void delete_undo_records(uint64_t txid);
 
   // Runs `fn` inside one SQLite transaction (nested calls join the outer one).
   void transaction(const std::function<void()> &fn);
@@ -108,6 +107,7 @@ class MetaDb {
   void prepare_all();
   void exec(const char *sql);
   void upgrade_from(int version);
+  void delete_undo_records(uint64_t txid);
   sqlite3_stmt *prep(const char *sql);
 
   sqlite3 *db_;

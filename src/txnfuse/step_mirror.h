@@ -29,11 +29,10 @@ class StepMirror {
   void stop();  // writes what is queued, then ends the thread
 
   void add(uint64_t txid, const UndoStep &s);
-  // Writes every step queued so far (tests and shutdown).
-  void flush();
 
  private:
   void loop();
+  void flush();  // writes every step queued so far
   MetaDb &db_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -28,9 +28,6 @@ class Reply:
     raw: dict
     stderr: str
 
-    def op(self, i) -> dict:
-        return self.ops[i]
-
     @property
     def ok(self) -> bool:
         return self.code == 0 and self.status == "NFS4_OK"

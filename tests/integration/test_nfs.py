@@ -67,10 +67,6 @@ def plain_nfs(xfs):
         yield Nfs(g.port), root
 
 
-def restored(mnt, before, what):
-    S.assert_restored(mnt, before, what)
-
-
 def test_figure1_compound_commits(nfs, mnt):
     r = nfs.must(*FIGURE1, txn=True)
     assert [o["status"] for o in r.ops] == ["NFS4_OK"] * 3
@@ -88,7 +84,7 @@ def test_figure1_failing_in_the_middle_changes_nothing(nfs, mnt):
     assert r.code == 1 and r.status == "NFS4ERR_NOENT", r.raw
     assert [o["status"] for o in r.ops[:2]] == ["NFS4_OK", "NFS4_OK"]
     assert r.ops[3]["status"] == "not run"
-    restored(mnt, before, "failed Figure-1 COMPOUND")
+    S.assert_restored(mnt, before, "failed Figure-1 COMPOUND")
     assert nfs.read("/etc/passwd") == b"root:x:0:0::/root:/bin/sh\n"
 
 
@@ -96,7 +92,7 @@ def test_mixed_compound_rolls_back_everything(nfs, mnt):
     before = S.stable_snapshot(mnt.path)
     r = nfs.run(*MIXED, FAIL, txn=True)
     assert r.status == "NFS4ERR_NOENT" and all(o["status"] == "NFS4_OK" for o in r.ops[:-1]), r.raw
-    restored(mnt, before, "failed mixed COMPOUND")
+    S.assert_restored(mnt, before, "failed mixed COMPOUND")
     assert nfs.names("/data") == ["a", "b", "c"]
     assert nfs.getattr("/data/c")["mode"] == 0o640
 
@@ -138,7 +134,7 @@ def test_all_compounds_option_makes_untagged_compounds_atomic(mnt, xfs):
         nfs = Nfs(g.port)
         r = nfs.run(*MIXED, FAIL)
         assert r.status == "NFS4ERR_NOENT"
-        restored(mnt, before, "failed untagged COMPOUND with all_compounds")
+        S.assert_restored(mnt, before, "failed untagged COMPOUND with all_compounds")
         nfs.must(*FIGURE1)
     assert (mnt.path / "etc" / "shadow").read_text() == SHADOW
 
@@ -284,7 +280,7 @@ def test_a_1_mib_compound_of_over_1024_operations_is_one_transaction(nfs, mnt):
     before = S.stable_snapshot(mnt.path)
     r = nfs.run(*[["write", f"/data/f{i:04}", "=overwritten"] for i in range(n)], FAIL, txn=True)
     assert r.status == "NFS4ERR_NOENT" and r.raw["nfs_results"] > 1024, r.raw
-    restored(mnt, before, "failed COMPOUND of over 1,024 operations")
+    S.assert_restored(mnt, before, "failed COMPOUND of over 1,024 operations")
 
 
 def test_plain_compounds_do_not_see_an_open_transaction(nfs, mnt):

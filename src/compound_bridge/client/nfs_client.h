@@ -179,6 +179,12 @@ struct CompoundResult {
   // then sending the COMPOUND again (e.g. after NFS4ERR_DELAY) cannot apply anything twice.
   bool changed_before_failure = false;
   bool ok() const { return status == kNfs4Ok; }
+  // NFS4ERR_DELAY, and sending the same COMPOUND again cannot apply anything twice:
+  // nothing before the delay changed files, or the tag asked for a transaction (tags
+  // starting with "txn", the bridge's default prefix), which the server rolled back.
+  bool delay_retry_safe() const {
+    return status == kNfs4ErrDelay && (!changed_before_failure || tag.starts_with("txn"));
+  }
 };
 
 // Whether a Compound fits the session's limits, and if not, how much of it would.

@@ -75,7 +75,6 @@ void add(Compound &c, const OpSpec &op, const std::string &data, const Options &
 // delay changed the file system, or the COMPOUND is a transaction (the server rolled all
 // of it back). Backs off 50 ms, doubling, at most 2 s.
 CompoundResult execute(Compound &c, const std::string &tag, int retry, RunInfo &info) {
-  const bool txn = tag.starts_with("txn");
   std::chrono::milliseconds backoff(50);
   for (;;) {
     auto start = std::chrono::steady_clock::now();
@@ -83,7 +82,7 @@ CompoundResult execute(Compound &c, const std::string &tag, int retry, RunInfo &
     info.elapsed_ms = std::chrono::duration<double, std::milli>(
                           std::chrono::steady_clock::now() - start).count();
     if (r.status != kNfs4ErrDelay || info.retries >= retry) return r;
-    if (r.changed_before_failure && !txn) {
+    if (!r.delay_retry_safe()) {
       std::cerr << "txnfs-nfs: not retrying NFS4ERR_DELAY: operations before it changed "
                    "files and the COMPOUND is not a transaction\n";
       return r;
