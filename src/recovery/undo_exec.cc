@@ -298,13 +298,24 @@ class Executor {
     if (at_target) {
       Fd d = open_dir(s.dir, "source directory");
       if (!d) throw Error("cannot move back " + shown(s.name2) + ": the source directory is gone");
-      unsigned how = (s.flags & RENAME_EXCHANGE) ? RENAME_EXCHANGE : RENAME_NOREPLACE;
+      bool whiteout = (s.flags & RENAME_WHITEOUT) && is_whiteout(d.fd(), s.name);
+      unsigned how = (s.flags & RENAME_EXCHANGE) || whiteout ? RENAME_EXCHANGE : RENAME_NOREPLACE;
       if (::renameat2(d2.fd(), s.name2.c_str(), d.fd(), s.name.c_str(), how) != 0)
         fail(fmt::format("move {} back to {}", shown(s.name2), shown(s.name)), errno);
+      if (whiteout) drop_whiteout(d2.fd(), s.name2);
       touch(s.obj);
       touch(s.dir);
       touch(s.dir2);
       changed = true;
+    } else if ((s.flags & RENAME_WHITEOUT) && d2 && is_whiteout(d2.fd(), s.name2)) {
+      // An interrupted run swapped the object back with the whiteout but did not yet
+      // remove the whiteout. (The transaction cannot have left one there itself: a
+      // whiteout at the target was displaced into the log by this very rename.)
+      Fd d = open_dir(s.dir, "source directory");
+      if (d && names(d.fd(), s.name, s.obj)) {
+        drop_whiteout(d2.fd(), s.name2);
+        changed = true;
+      }
     }
     if (s.displaced && !(s.flags & RENAME_EXCHANGE)) {
       std::string dn = data_name(s.seq);
@@ -318,6 +329,25 @@ class Executor {
       }
     }
     return changed;
+  }
+
+  // RENAME_WHITEOUT left a whiteout (a 0:0 character device) at the source name. The
+  // object goes back by exchanging it with the whiteout (a directory cannot replace a
+  // non-directory), and then the whiteout is removed: it was made by the transaction.
+  bool is_whiteout(int dirfd, const std::string &name) {
+    struct stat st;
+    if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) return false;
+      fail("stat " + shown(name), errno);
+    }
+    return S_ISCHR(st.st_mode) && st.st_rdev == 0;
+  }
+  void drop_whiteout(int dirfd, const std::string &name) {
+    Fd w(::openat(dirfd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!w) fail("look up the whiteout " + shown(name), w.err());
+    BackingId id = backing_id(w.fd());
+    if (::unlinkat(dirfd, name.c_str(), 0) != 0) fail("remove the whiteout " + shown(name), errno);
+    r_.removed.push_back(id);
   }
 
   bool xattrs(const UndoStep &s) {

@@ -6,6 +6,7 @@
 // listings) because every change to the tree passes through this daemon.
 #define FUSE_USE_VERSION 312
 #pragma once
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
 
 #include <atomic>
@@ -64,6 +65,26 @@ InodePtr inode_of(fuse_req_t req, fuse_ino_t nodeid);
 // Looks up `name` in `parent`, adds a kernel lookup, records the object in the
 // handle table if it is not there yet, and fills `e`. Returns 0 or an errno.
 int do_lookup(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e);
+
+// fi->fh of an open file: the backing fd, plus kDirectIoFh when the kernel serves the
+// open without its page cache (FOPEN_DIRECT_IO). Such writes reach the daemon without
+// the set-ID and capability clearing the kernel does before a cached write, so the
+// write handler does it (see kill_privs in ops_data.cc).
+inline constexpr uint64_t kDirectIoFh = uint64_t(1) << 32;
+inline int fd_of(const fuse_file_info *fi) { return int(fi->fh & 0xffffffffu); }
+inline void set_fh(fuse_file_info *fi, int fd) {
+  fi->fh = uint64_t(unsigned(fd)) | (fi->direct_io ? kDirectIoFh : 0);
+}
+// Open flags the backing file is opened with for a kernel open with `flags`. O_DIRECT
+// is not passed on: the kernel already bypasses its page cache for such an open
+// (direct_io), and the buffers FUSE hands over have no O_DIRECT alignment.
+inline int backing_open_flags(int flags) {
+  return (flags | O_CLOEXEC) & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY | O_DIRECT);
+}
+
+// Clears privileges after a write, truncation or fallocate by the caller of `req`, as
+// XFS does (ops_data.cc). `fd` may be O_PATH. Returns 0 or an errno.
+int kill_privs(fuse_req_t req, int fd, bool direct);
 
 // "/proc/self/fd/N" for an O_PATH fd, to reach calls that take only paths.
 std::string proc_path(int fd);

@@ -27,10 +27,8 @@ void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
     if (!err && op.txn()) err = save_truncate(op.fs(), *op.txn(), *i, 0);
   }
   if (err) return (void)fuse_reply_err(req, err);
-  int flags = (fi->flags | O_CLOEXEC) & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY);
-  int fd = ::open(proc_path(i->fd).c_str(), flags);
+  int fd = ::open(proc_path(i->fd).c_str(), backing_open_flags(fi->flags));
   if (fd < 0) return (void)fuse_reply_err(req, errno);
-  fi->fh = uint64_t(fd);
   // Every plain write reaches the backing file through this daemon and the kernel's
   // page cache, so cached pages stay valid across opens; there is nothing to flush.
   // A transaction's I/O bypasses the page cache: its reads must take locks here, and
@@ -40,11 +38,12 @@ void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   fi->keep_cache = op.cacheable() && !op.plain_isolated() && !i->txn_written;
   fi->noflush = 1;
   fi->direct_io = !fi->keep_cache || (fi->flags & O_DIRECT);
+  set_fh(fi, fd);
   fuse_reply_open(req, fi);
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
-  ::close(int(fi->fh));
+  ::close(fd_of(fi));
   fuse_reply_err(req, 0);
 }
 
@@ -52,7 +51,7 @@ void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info *) { fuse_reply_err(req
 
 void op_fsync(fuse_req_t req, fuse_ino_t, int datasync, fuse_file_info *fi) {
   if (fs_of(req).txns->defers_fsync(fuse_req_ctx(req)->pid)) return (void)fuse_reply_err(req, 0);
-  int rc = datasync ? ::fdatasync(int(fi->fh)) : ::fsync(int(fi->fh));
+  int rc = datasync ? ::fdatasync(fd_of(fi)) : ::fsync(fd_of(fi));
   fuse_reply_err(req, rc == 0 ? 0 : errno);
 }
 
@@ -62,7 +61,7 @@ void op_fsync(fuse_req_t req, fuse_ino_t, int datasync, fuse_file_info *fi) {
 void read_committed(fuse_req_t req, Fs &fs, fuse_ino_t nodeid, size_t size, off_t off,
                     fuse_file_info *fi) {
   std::vector<char> buf(size);
-  ssize_t n = ::pread(int(fi->fh), buf.data(), size, off);
+  ssize_t n = ::pread(fd_of(fi), buf.data(), size, off);
   if (n < 0) return (void)fuse_reply_err(req, errno);
   auto b = fs.pending.object(nodeid);
   if (!b) return (void)fuse_reply_buf(req, buf.data(), size_t(n));
@@ -92,7 +91,7 @@ void op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off, fuse_fil
   if (err) return (void)fuse_reply_err(req, err);
   fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
   buf.buf[0].flags = fuse_buf_flags(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-  buf.buf[0].fd = int(fi->fh);
+  buf.buf[0].fd = fd_of(fi);
   buf.buf[0].pos = off;
   fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
@@ -103,10 +102,11 @@ void op_write_buf(fuse_req_t req, fuse_ino_t nodeid, fuse_bufvec *in, off_t off,
   InodePtr i = inode_of(req, nodeid);
   int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *i, off, fuse_buf_size(in));
+  if (!err) err = kill_privs(req, fd_of(fi), fi->fh & kDirectIoFh);
   if (err) return (void)fuse_reply_err(req, err);
   fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
   out.buf[0].flags = fuse_buf_flags(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-  out.buf[0].fd = int(fi->fh);
+  out.buf[0].fd = fd_of(fi);
   out.buf[0].pos = off;
   ssize_t n = fuse_buf_copy(&out, in, fuse_buf_copy_flags(0));
   if (n < 0) fuse_reply_err(req, int(-n));
@@ -127,8 +127,9 @@ void op_fallocate(fuse_req_t req, fuse_ino_t nodeid, int mode, off_t off, off_t 
     else
       err = save_attrs(op.fs(), t, *i);
   }
+  if (!err) err = kill_privs(req, fd_of(fi), false);
   if (err) return (void)fuse_reply_err(req, err);
-  int rc = ::fallocate(int(fi->fh), mode, off, len);
+  int rc = ::fallocate(fd_of(fi), mode, off, len);
   fuse_reply_err(req, rc == 0 ? 0 : errno);
 }
 
@@ -136,7 +137,7 @@ void op_lseek(fuse_req_t req, fuse_ino_t nodeid, off_t off, int whence, fuse_fil
   Op op(req);
   int err = op.error() ? op.error() : op.plain_isolated() ? 0 : op.lock_object(nodeid, LockMode::S);
   if (err) return (void)fuse_reply_err(req, err);
-  off_t r = ::lseek(int(fi->fh), off, whence);
+  off_t r = ::lseek(fd_of(fi), off, whence);
   if (r < 0) fuse_reply_err(req, errno);
   else fuse_reply_lseek(req, r);
 }
@@ -238,6 +239,39 @@ void op_removexattr(fuse_req_t req, fuse_ino_t nodeid, const char *name) {
 }
 
 }  // namespace
+
+// Is the caller of `req` in group `gid` (primary or supplementary)?
+static bool in_group(fuse_req_t req, gid_t gid) {
+  if (fuse_req_ctx(req)->gid == gid) return true;
+  gid_t groups[64];
+  int n = fuse_req_getgroups(req, 64, groups);
+  for (int k = 0; k < std::min(n, 64); k++)
+    if (groups[k] == gid) return true;
+  return false;
+}
+
+// Clearing of privileges on a write, as XFS does it: the set-user-ID bit, and the
+// set-group-ID bit where it means "setgid" (group execute set) or the writer is outside
+// the file's group, unless the writer is root; and, for writes the kernel sends without
+// its page cache (`direct`), file capabilities (security.capability), even for root.
+// The kernel clears capabilities before a cached write itself, but set-ID bits only by
+// an older rule (group-executable files), and nothing for direct I/O. Returns 0 or errno.
+int kill_privs(fuse_req_t req, int fd, bool direct) {
+  const fuse_ctx *ctx = fuse_req_ctx(req);
+  if (ctx->uid != 0) {
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return errno;
+    mode_t kill = 0;
+    if (S_ISREG(st.st_mode) && (st.st_mode & S_ISUID)) kill |= S_ISUID;
+    if (S_ISREG(st.st_mode) && (st.st_mode & S_ISGID) &&
+        ((st.st_mode & S_IXGRP) || !in_group(req, st.st_gid)))
+      kill |= S_ISGID;
+    if (kill && ::chmod(proc_path(fd).c_str(), st.st_mode & 07777 & ~kill) != 0) return errno;
+  }
+  if (direct && ::removexattr(proc_path(fd).c_str(), "security.capability") != 0 && errno != ENODATA)
+    return errno;
+  return 0;
+}
 
 void add_data_ops(fuse_lowlevel_ops &ops) {
   ops.open = op_open;

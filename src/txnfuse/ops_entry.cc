@@ -237,14 +237,14 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
   if (err) return (void)fuse_reply_err(req, err);
   int rc = 0;
   if (valid & FUSE_SET_ATTR_MODE)
-    rc = fi ? ::fchmod(int(fi->fh), attr->st_mode) : ::chmod(proc_path(i->fd).c_str(), attr->st_mode);
+    rc = fi ? ::fchmod(fd_of(fi), attr->st_mode) : ::chmod(proc_path(i->fd).c_str(), attr->st_mode);
   if (rc == 0 && (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
     uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : uid_t(-1);
     gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : gid_t(-1);
     rc = ::fchownat(i->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
   }
   if (rc == 0 && (valid & FUSE_SET_ATTR_SIZE))
-    rc = fi ? ::ftruncate(int(fi->fh), attr->st_size)
+    rc = fi ? ::ftruncate(fd_of(fi), attr->st_size)
             : ::truncate(proc_path(i->fd).c_str(), attr->st_size);
   if (rc == 0 && (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
     auto pick = [valid](int set, int now, const timespec &t) {
@@ -253,9 +253,11 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
     };
     timespec tv[2] = {pick(FUSE_SET_ATTR_ATIME, FUSE_SET_ATTR_ATIME_NOW, attr->st_atim),
                       pick(FUSE_SET_ATTR_MTIME, FUSE_SET_ATTR_MTIME_NOW, attr->st_mtim)};
-    rc = fi ? ::futimens(int(fi->fh), tv) : ::utimensat(i->fd, "", tv, AT_EMPTY_PATH);
+    rc = fi ? ::futimens(fd_of(fi), tv) : ::utimensat(i->fd, "", tv, AT_EMPTY_PATH);
   }
   if (rc != 0) return (void)fuse_reply_err(req, errno);
+  if ((valid & FUSE_SET_ATTR_SIZE) && !(valid & FUSE_SET_ATTR_MODE))
+    if (int e = kill_privs(req, i->fd, false)) return (void)fuse_reply_err(req, e);
   struct stat st;
   if (int e = stat_fd(i->fd, &st)) return (void)fuse_reply_err(req, e);
   op.adjust(st);
@@ -362,17 +364,17 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
   fuse_entry_param e;
   if (!err)
     err = make_entry(req, op, p, name, S_IFREG | mode, [&](int dirfd, const char *n) {
-      fd = ::openat(dirfd, n, (fi->flags | O_CREAT | O_EXCL | O_CLOEXEC) & ~O_NOFOLLOW, mode);
+      fd = ::openat(dirfd, n, backing_open_flags(fi->flags) | O_CREAT | O_EXCL, mode);
       return fd < 0 ? errno : 0;
     }, &e);
   if (err) {
     if (fd >= 0) ::close(fd);
     return (void)fuse_reply_err(req, err);
   }
-  fi->fh = uint64_t(fd);
   fi->keep_cache = op.cacheable();
   fi->noflush = 1;
   fi->direct_io = !op.cacheable() || (fi->flags & O_DIRECT);
+  set_fh(fi, fd);
   fuse_reply_create(req, &e, fi);
 }
 
@@ -442,6 +444,23 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
   remove_entry(req, parent, name, AT_REMOVEDIR);
 }
 
+// RENAME_WHITEOUT leaves a new object, a whiteout, at the source name: like every
+// object it gets its handle row at once (an abort's undo removes the whiteout and
+// reports it, and its row goes then).
+void record_whiteout(Fs &fs, const InodePtr &parent, const char *name) {
+  auto w = std::make_shared<Inode>();
+  w->fd = ::openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (w->fd < 0 || stat_fd(w->fd, &st) != 0) return;
+  BackingId id = backing_id(w->fd);
+  w->ino = st.st_ino;
+  w->nodeid = fs.nodeid_of(st.st_ino);
+  w->type = st.st_mode & S_IFMT;
+  w->generation = id.generation;
+  w->fh = id.fh;
+  record_handle(fs, *w, id, parent->nodeid, name, true);
+}
+
 // Keeps the recorded name of `nodeid` so that an abort can put it back.
 void remember_row_name(Fs &fs, Txn &t, uint64_t nodeid) {
   auto row = fs.db->handle(nodeid);
@@ -493,6 +512,7 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
         fs.db->set_handle_name(src_id, newparent, newname);
       });
     }
+    if (!err && (flags & RENAME_WHITEOUT)) record_whiteout(fs, p, name);
   } catch (const std::exception &ex) {
     spdlog::error("recording rename {} -> {}: {}", name, newname, ex.what());
   }

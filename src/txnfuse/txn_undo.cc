@@ -243,15 +243,9 @@ int txn_remove(Fs &fs, Txn &t, const Inode &parent, const char *name, bool is_di
     uint64_t nodeid = fs.nodeid_of(st.st_ino);
     t.entries.insert({parent.nodeid, name});
     note_before(fs, t, parent, name);
-    auto known = t.objects.find(nodeid);
-    if (known != t.objects.end() && known->second.created && !is_dir) {
-      // A file made by this transaction: its Created step already undoes it. (A
-      // directory it made is stashed like any other: undoing the steps that moved
-      // objects out of it puts them back into it, so it must exist again by then.)
-      if (::unlinkat(parent.fd, name, is_dir ? AT_REMOVEDIR : 0) != 0) return errno;
-      if (is_dir || st.st_nlink <= 1) fs.db->remove_handle(nodeid);
-      return 0;
-    }
+    // Stashed even when this transaction made the object: undo replays the exact
+    // reverse of what happened, and the steps after its creation (an exchange that
+    // moved it to another name, a link) expect it back where they left it.
     save_attrs_locked(fs, t, parent);
     int vfd = ::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (vfd < 0) return errno;
@@ -318,25 +312,20 @@ int txn_rename(Fs &fs, Txn &t, const Inode &parent, const char *name, const Inod
       log.append(s);
       return ::renameat2(parent.fd, name, newparent.fd, newname, flags) == 0 ? 0 : errno;
     }
+    // The displaced target goes into the log first (kept even when this transaction
+    // made it, as in txn_remove); the move then finds its name free.
     uint64_t seq = 0;
     if (int err = log.stash(newparent.fd, newname, s, &seq)) return err;
     std::string stash = step_name(seq) + ".d";
-    if (::renameat2(parent.fd, name, newparent.fd, newname, RENAME_NOREPLACE) != 0) {
+    if (::renameat2(parent.fd, name, newparent.fd, newname,
+                    RENAME_NOREPLACE | (flags & RENAME_WHITEOUT)) != 0) {
       int err = errno;
       ::renameat2(log.dir_fd(), stash.c_str(), newparent.fd, newname, RENAME_NOREPLACE);
       return err;
     }
     uint64_t victim = fs.nodeid_of(dst.st_ino);
-    auto known = t.objects.find(victim);
-    if (known != t.objects.end() && known->second.created && !S_ISDIR(dst.st_mode)) {
-      // A displaced file this transaction made needs no keeping (a directory does:
-      // see txn_remove).
-      ::unlinkat(log.dir_fd(), stash.c_str(), S_ISDIR(dst.st_mode) ? AT_REMOVEDIR : 0);
-      if (S_ISDIR(dst.st_mode) || dst.st_nlink <= 1) fs.db->remove_handle(victim);
-    } else {
-      t.unlinked.emplace(victim, Txn::Unlinked{stash, newparent.nodeid, newname});
-      if (!S_ISDIR(dst.st_mode)) t.objects[victim].stashed++;
-    }
+    t.unlinked.emplace(victim, Txn::Unlinked{stash, newparent.nodeid, newname});
+    if (!S_ISDIR(dst.st_mode)) t.objects[victim].stashed++;
     return 0;
   });
 }

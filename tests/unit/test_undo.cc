@@ -391,11 +391,7 @@ struct Txn {
     std::string dirrel = parent_of(rel), name = base_of(rel);
     struct stat st = lstat_of(rel);
     bool dir = S_ISDIR(st.st_mode);
-    if (created.count(st.st_ino)) {  // its Created step undoes it already
-      point();
-      if (::unlinkat(opath(dirrel).fd, name.c_str(), dir ? AT_REMOVEDIR : 0) != 0) die("unlink");
-      return;
-    }
+    // (stashed even when created here: undo replays the exact reverse, see txn_remove)
     save_attrs(dirrel);
     Fd d = opath(dirrel);
     UndoStep s;
@@ -435,7 +431,8 @@ struct Txn {
     int err = log->stash(f2.fd, s.name2.c_str(), s);
     if (err) throw std::runtime_error("stash target: " + std::string(std::strerror(err)));
     point();
-    if (::renameat2(f1.fd, s.name.c_str(), f2.fd, s.name2.c_str(), RENAME_NOREPLACE) != 0)
+    if (::renameat2(f1.fd, s.name.c_str(), f2.fd, s.name2.c_str(),
+                    RENAME_NOREPLACE | (flags & RENAME_WHITEOUT)) != 0)
       die("rename");
   }
   void link(const std::string &from, const std::string &to) {

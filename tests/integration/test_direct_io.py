@@ -1,0 +1,153 @@
+"""Opens the kernel serves without its page cache: O_DIRECT opens, every open inside a
+transaction, and plain opens while a transaction is open (FUSE direct I/O). They must
+behave as on XFS: O_DIRECT reads and writes work, and a write clears set-ID bits and
+file capabilities exactly as XFS does. mmap inside a transaction is refused with ENODEV
+(documented in docs/isolation.md) while mmap outside transactions works.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import struct
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import txnfs_lib as tl  # noqa: E402
+
+BLOCK = 4096
+
+
+def aligned(data: bytes) -> mmap.mmap:
+    """A page-aligned buffer holding `data` (O_DIRECT wants aligned memory on XFS)."""
+    n = max(BLOCK, (len(data) + BLOCK - 1) // BLOCK * BLOCK)
+    m = mmap.mmap(-1, n)
+    m[:len(data)] = data
+    return m
+
+
+def direct_write_read(path, data: bytes, off: int) -> bytes:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644)
+    try:
+        assert os.pwrite(fd, aligned(data), off) == len(data)
+        back = mmap.mmap(-1, len(data))
+        n = os.preadv(fd, [back], off)
+        return bytes(back[:n])
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("in_txn", [False, True], ids=["plain", "transaction"])
+def test_o_direct_write_and_read(mnt, xfs, in_txn):
+    """An 8 KiB O_DIRECT write at offset 64 KiB, read back with O_DIRECT: as on XFS."""
+    data = bytes(range(256)) * 32
+    ref = direct_write_read(xfs.dir / "ref.bin", data, 64 * 1024)
+    assert ref == data
+    tid = tl.txn_begin(mnt.path) if in_txn else None
+    got = direct_write_read(mnt.path / "f.bin", data, 64 * 1024)
+    if in_txn:
+        assert tl.txn_commit(mnt.path, tid) == 0
+    assert got == data
+    assert os.path.getsize(mnt.path / "f.bin") == os.path.getsize(xfs.dir / "ref.bin")
+    with open(mnt.path / "f.bin", "rb") as f:
+        assert f.read() == open(xfs.dir / "ref.bin", "rb").read()
+
+
+def test_mmap_in_a_transaction_is_refused_clearly(mnt):
+    tl.write_file(mnt.path / "m.bin", b"m" * 8192)
+    with open(mnt.path / "m.bin", "r+b") as f:  # outside transactions: works
+        with mmap.mmap(f.fileno(), 8192) as m:
+            m[0:1] = b"M"
+            m.flush()
+    assert open(mnt.path / "m.bin", "rb").read(1) == b"M"
+    tid = tl.txn_begin(mnt.path)
+    try:
+        for name in ("m.bin", "new.bin"):
+            with open(mnt.path / name, "a+b") as f:
+                f.write(b"x" * 10)
+                f.flush()
+                with pytest.raises(OSError) as e:
+                    mmap.mmap(f.fileno(), 10)
+                assert e.value.errno == errno.ENODEV, e.value
+    finally:
+        assert tl.txn_abort(mnt.path, tid) == 0
+    assert not (mnt.path / "new.bin").exists()
+
+
+MODES = [0o4777, 0o2777, 0o6777, 0o2767, 0o4757, 0o6767, 0o2757]
+
+
+def _write_as_nobody(path, mount=None):
+    """Runs as nobody: open O_WRONLY, write, fstat; optionally in its own transaction."""
+    tid = tl.txn_begin(mount) if mount else None
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, b"written by nobody\n")
+        mode = os.fstat(fd).st_mode & 0o7777
+    finally:
+        os.close(fd)
+    if mount:
+        assert tl.txn_commit(mount, tid) == 0
+    return mode
+
+
+def _setid_file(path, mode):
+    tl.write_file(path, b"original\n")
+    os.chmod(path, mode)
+
+
+@pytest.mark.parametrize("how", ["no transaction open", "another transaction open",
+                                 "inside the writer's transaction"])
+def test_write_by_another_user_clears_setid_bits_as_xfs(mnt, xfs, how):
+    ref_dir, d = xfs.dir / "ref", mnt.path / "d"
+    for root in (ref_dir, d):
+        root.mkdir()
+        os.chmod(root, 0o777)
+        for mode in MODES:
+            _setid_file(root / f"f{mode:o}", mode)
+    # (thread-bound to this thread; the writers are other processes)
+    other = tl.txn_begin(mnt.path) if how == "another transaction open" else None
+    own = mnt.path if how == "inside the writer's transaction" else None
+    try:
+        for mode in MODES:
+            want = tl.as_user(_write_as_nobody, str(ref_dir / f"f{mode:o}"))
+            got = tl.as_user(_write_as_nobody, str(d / f"f{mode:o}"), own)
+            assert got == want, (f"mode {mode:o} after a write by nobody ({how}): "
+                                 f"{got:o}, XFS gives {want:o}")
+    finally:
+        if other is not None:
+            assert tl.txn_commit(mnt.path, other) == 0
+    for mode in MODES:
+        assert (os.stat(d / f"f{mode:o}").st_mode & 0o7777 ==
+                os.stat(ref_dir / f"f{mode:o}").st_mode & 0o7777)
+
+
+def _cap_value() -> bytes:
+    # struct vfs_cap_data, revision 2: CAP_NET_BIND_SERVICE permitted + effective
+    return struct.pack("<IIIII", 0x02000001, 1 << 10, 0, 0, 0)
+
+
+@pytest.mark.parametrize("in_txn", [False, True], ids=["O_DIRECT", "transaction"])
+def test_direct_write_drops_file_capabilities_as_xfs(mnt, xfs, in_txn):
+    for root in (xfs.dir, mnt.path):
+        p = root / "capfile"
+        tl.write_file(p, b"x" * BLOCK)
+        os.setxattr(p, "security.capability", _cap_value())
+    tid = tl.txn_begin(mnt.path) if in_txn else None
+    for root in (xfs.dir, mnt.path):
+        flags = os.O_WRONLY | (os.O_DIRECT if not in_txn or root == xfs.dir else 0)
+        fd = os.open(root / "capfile", flags)
+        try:
+            os.pwrite(fd, aligned(b"y" * BLOCK), 0)
+        finally:
+            os.close(fd)
+    if in_txn:
+        assert tl.txn_commit(mnt.path, tid) == 0
+    want = "security.capability" in os.listxattr(xfs.dir / "capfile")
+    got = "security.capability" in os.listxattr(mnt.path / "capfile")
+    assert not want, "XFS drops file capabilities on a write"
+    assert got == want

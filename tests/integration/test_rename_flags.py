@@ -1,0 +1,177 @@
+"""renameat2 flags inside transactions: every one undone exactly, by abort and by crash
+recovery, also when later operations of the same transaction remove, rename or link
+either name again; and the handle table in step with the tree afterwards (the fixture's
+teardown runs `txnfs fsck` and demands exit 0).
+
+`X a c` below is renameat2(a, c, RENAME_EXCHANGE); `W a c` is renameat2(a, c,
+RENAME_WHITEOUT), which leaves a whiteout (a 0:0 character device) at `a`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import snapshot as S  # noqa: E402
+import txnfs_lib as tl  # noqa: E402
+
+RENAME_WHITEOUT = 4
+X, W = tl.RENAME_EXCHANGE, RENAME_WHITEOUT
+
+
+def touch(p, data=b""):
+    tl.write_file(p, data)
+
+
+def rename2(root, a, c, flags):
+    tl.renameat2(str(root / a), str(root / c), flags)
+
+
+# Scripts of operations, run inside a transaction on a tree that already holds the
+# objects named in `pre`. Each is a list of (op, args...).
+SCRIPTS = {
+    # the foreign workload's cases
+    "exchange, rm target": ([], [("touch", "a"), ("touch", "c"), ("x", "a", "c"), ("rm", "c")]),
+    "exchange, rm source": ([], [("touch", "a"), ("touch", "c"), ("x", "a", "c"), ("rm", "a")]),
+    "whiteout": (["f0"], [("w", "f0", "f1")]),
+    # their relatives
+    "exchange old, rm both": (["a", "c"], [("x", "a", "c"), ("rm", "a"), ("rm", "c")]),
+    "exchange new with old, rm": (["c"], [("touch", "a"), ("x", "a", "c"), ("rm", "c")]),
+    "exchange, rename away": ([], [("touch", "a"), ("touch", "c"), ("x", "a", "c"),
+                                   ("mv", "c", "d"), ("mv", "a", "e")]),
+    "exchange, link, rm": ([], [("touch", "a"), ("touch", "c"), ("x", "a", "c"),
+                                ("ln", "c", "l"), ("rm", "c"), ("rm", "a")]),
+    "exchange twice": (["a"], [("touch", "c"), ("x", "a", "c"), ("x", "c", "a"), ("rm", "c")]),
+    "whiteout over target": (["f0", "f1"], [("w", "f0", "f1")]),
+    "whiteout, rm whiteout": (["f0"], [("w", "f0", "f1"), ("rm", "f0"), ("touch", "f0")]),
+    "whiteout, move back": (["f0"], [("w", "f0", "f1"), ("rm", "f0"), ("mv", "f1", "f0")]),
+    "new file whiteout": ([], [("touch", "n"), ("w", "n", "m"), ("rm", "m")]),
+    "noreplace, rm": ([], [("touch", "a"), ("mv0", "a", "b"), ("rm", "b")]),
+    "created, displaced": ([], [("touch", "a"), ("touch", "b"), ("mv", "a", "b"), ("rm", "b")]),
+    "link then remove": ([], [("touch", "a"), ("ln", "a", "b"), ("rm", "a")]),
+}
+
+
+def apply(root, ops):
+    for op, *args in ops:
+        p = [root / a for a in args]
+        if op == "touch":
+            touch(p[0], b"made in the transaction\n")
+        elif op == "rm":
+            os.unlink(p[0])
+        elif op == "mv":
+            os.rename(p[0], p[1])
+        elif op == "mv0":
+            tl.renameat2(str(p[0]), str(p[1]), tl.RENAME_NOREPLACE)
+        elif op == "x":
+            tl.renameat2(str(p[0]), str(p[1]), X)
+        elif op == "w":
+            tl.renameat2(str(p[0]), str(p[1]), W)
+        elif op == "ln":
+            os.link(p[0], p[1])
+        else:
+            raise ValueError(op)
+
+
+FUTURE_ATIME = 2_000_000_000 * 1_000_000_000  # 2033: relatime leaves such atimes alone
+
+
+def prepare(mnt, pre):
+    """d/ with the committed files `pre`; atimes in the future, so that the listings the
+    snapshots make do not move them (relatime)."""
+    d = mnt.path / "d"
+    d.mkdir()
+    for name in pre:
+        touch(d / name, f"committed {name}\n".encode())
+    for p in [mnt.path, d, *(d / n for n in pre)]:
+        st = os.lstat(p)
+        os.utime(p, ns=(FUTURE_ATIME, st.st_mtime_ns))
+    return d
+
+
+@pytest.mark.parametrize("case", sorted(SCRIPTS))
+def test_abort_restores_exactly(mnt, case):
+    pre, ops = SCRIPTS[case]
+    d = prepare(mnt, pre)
+    before = S.snapshot(mnt.path)
+    tid = tl.txn_begin(mnt.path)
+    apply(d, ops)
+    assert tl.txn_abort(mnt.path, tid) == 0, "the abort must succeed"
+    S.assert_same(before, S.snapshot(mnt.path), f"after aborting {case!r}")
+    mnt.remount()
+    S.assert_same(before, S.snapshot(mnt.path), f"after aborting {case!r} and remounting")
+
+
+@pytest.mark.parametrize("case", sorted(SCRIPTS))
+def test_commit_matches_xfs(mnt, xfs, case):
+    pre, ops = SCRIPTS[case]
+    d = prepare(mnt, pre)
+    ref = xfs.dir / "ref"
+    ref.mkdir()
+    rd = ref / "d"
+    rd.mkdir()
+    for name in pre:
+        touch(rd / name, f"committed {name}\n".encode())
+    apply(rd, ops)
+    tid = tl.txn_begin(mnt.path)
+    apply(d, ops)
+    assert tl.txn_commit(mnt.path, tid) == 0
+    mnt.remount()
+    want = S.shape(S.snapshot(rd, handles=False))
+    got = S.shape(S.snapshot(d, handles=False))
+    S.assert_same(want, got, f"{case!r} committed vs. the same on XFS")
+    mnt.umount()
+    p = mnt.store.fsck()
+    assert p.returncode == 0, tl.output_of(p)
+    mnt.mount()
+
+
+@pytest.mark.parametrize("case", ["exchange, rm target", "exchange, rm source", "whiteout",
+                                  "whiteout over target", "exchange, link, rm"])
+def test_kill9_recovers_exactly(mnt, case):
+    pre, ops = SCRIPTS[case]
+    d = prepare(mnt, pre)
+    before = S.snapshot(mnt.path)
+    tl.txn_begin(mnt.path)
+    apply(d, ops)
+    mnt.kill9()
+    mnt.mount()
+    S.assert_same(before, S.snapshot(mnt.path), f"after kill -9 during {case!r}")
+    mnt.umount()
+    p = mnt.store.fsck()
+    assert p.returncode == 0, f"fsck after recovery:\n{tl.output_of(p)}"
+    mnt.mount()
+
+
+def test_txnfs_run_abort_exchange(mnt):
+    """The reproducer as a user typed it: `txnfs run --abort` of a script."""
+    os.utime(mnt.path, ns=(FUTURE_ATIME, os.lstat(mnt.path).st_mtime_ns))
+    before = S.snapshot(mnt.path)
+    script = ("import ctypes, os; os.chdir(%r); open('a','w').close(); open('c','w').close(); "
+              "libc = ctypes.CDLL(None, use_errno=True); "
+              "assert libc.renameat2(-100, b'a', -100, b'c', 2) == 0; os.unlink('c')"
+              % str(mnt.path))
+    p = tl.txnfs("run", mnt.path, "--abort", "--", sys.executable, "-c", script)
+    assert p.returncode == 0, tl.output_of(p)
+    S.assert_same(before, S.snapshot(mnt.path), "after txnfs run --abort")
+
+
+def test_whiteout_outside_transactions_has_a_row(mnt):
+    """A whiteout made by a plain rename is an object like any other: it has its handle
+    row at once (fsck at teardown checks every object has one), and a lookup finds it."""
+    sub = mnt.path / "sub"
+    sub.mkdir()
+    touch(sub / "f0", b"x")
+    tl.renameat2(str(sub / "f0"), str(sub / "f1"), W)
+    mnt.umount()
+    p = mnt.store.fsck()
+    assert p.returncode == 0, tl.output_of(p)
+    mnt.mount()
+    st = os.lstat(sub / "f0")
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
