@@ -6,10 +6,14 @@ txnfs daemon implements, checked by oracles.
     commit  the same single-process sequence on a plain XFS directory and in a committed
             transaction: the same result for every operation (value or errno, bytes read)
             and the same tree (times, inode numbers and handles aside); fsck clean
-    plain   as commit, but outside any transaction (the daemon's plain path vs. XFS)
+    plain   as commit, but outside any transaction (the daemon's plain path vs. XFS); on
+            even seeds while another process holds an idle transaction open
     crash   kill -9 of the daemon, a power cut (xfs_io shutdown) or an injected crash
             point at a moment of the transaction; after recovery the tree is the snapshot
             before (or, once commit was asked for, the transaction's result); fsck clean
+
+Every oracle ends with `txnfs fsck` (after unmounting), a check that every object of
+STORE/tree has a row in the handle table, and that STORE/.txnfs/backups is empty.
 
 Operations are JSON-able dicts ({"o": name, ...}); a sequence is a list of them per
 process. Everything that makes a run -- the populated tree, the operations, the crash --
@@ -373,6 +377,8 @@ def gen_case(seed: int, oracle: str, procs: int, nops: int) -> dict:
         lists.append([g.op() for _ in range(nops)])
     case = {"seed": seed, "oracle": oracle, "procs": procs, "shared": shared, "lists": lists,
             "end": "commit" if oracle in ("commit", "plain") else "abort"}
+    if oracle == "plain":       # every other seed with another process's transaction open
+        case["bystander"] = seed % 2 == 0
     if oracle == "crash":
         kind = rng.choice(("kill", "power", "inject"))
         case["crash"] = {"kind": kind, "after": rng.randrange(0, max(1, nops * procs)),
@@ -954,6 +960,11 @@ class Fuzzer:
         p = env.store.fsck()
         if p.returncode != 0:
             raise Failure(oracle, "fsck", f"txnfs fsck exit {p.returncode}:\n{tl.output_of(p)}")
+        rows = {r["ino"] for r in env.store.query("SELECT ino FROM handles")}
+        objs = {e["ino"]: path for path, e in snap.snapshot(env.store.tree, handles=False).items()}
+        norow = sorted(p for ino, p in objs.items() if ino not in rows)
+        if norow:
+            raise Failure(oracle, "handle-rows", f"objects of STORE/tree without a handle row: {norow}")
         left = snap.backups_left(env.store)
         if left:
             raise Failure(oracle, "backups-left", f"STORE/.txnfs/backups after the run: {left[:10]}")
@@ -1023,7 +1034,13 @@ class Fuzzer:
         populate(env.mnt, case["seed"], ars)
         populate(raw, case["seed"], ars)
         before_inos = {e["ino"] for e in snap.snapshot(env.mnt, handles=False).values()}
-        res_m, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt if txn else None, "commit")
+        by = Bystander(env.mnt) if (not txn and case.get("bystander")) else None
+        try:
+            res_m, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt if txn else None,
+                                           "commit")
+        finally:
+            if by:
+                by.close()
         if txn and rc != 0:
             raise Failure(oracle, "commit-rc", f"txnfs_commit returned {rc} ({os.strerror(-rc)})")
         ctx = {"txn": txn, "before_inos": before_inos}
@@ -1247,6 +1264,32 @@ class Fuzzer:
             if runs >= max_runs or time.monotonic() - t0 > budget_s:
                 break
         return build(items), runs
+
+
+class Bystander:
+    """An idle transaction of another process, open while plain requests run (the daemon
+    takes its plain-isolated paths then)."""
+
+    def __init__(self, mnt):
+        self.mnt = mnt
+        r, self.w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.w)
+            os.read(r, 1)
+            os._exit(0)
+        os.close(r)
+        rc, self.tid = tl.txn_begin_rc(mnt, tl.TXNFS_BIND_PROCESS, self.pid)
+        if rc != 0:
+            self.close()
+            raise Failure("plain", "begin", f"bystander txnfs_begin: {os.strerror(-rc)}")
+
+    def close(self):
+        if self.tid:
+            tl.txn_abort(self.mnt, self.tid)
+            self.tid = None
+        os.close(self.w)
+        os.waitpid(self.pid, 0)
 
 
 def _with_deadline(fn, timeout):
