@@ -1110,8 +1110,11 @@ class Fuzzer:
         asked_commit = False
         try:
             rc, tid = tl.txn_begin_rc(env.mnt, tl.TXNFS_BIND_PROCESS, g.leader)
-            if rc != 0 and not (point and env.daemon_exited() is not None):
-                raise Failure(oracle, "begin", f"txnfs_begin: {os.strerror(-rc)}")
+            if rc != 0:
+                # an injected point in begin (txn.after_begin): the daemon is exiting
+                if not (point and tl.wait_until(lambda: env.daemon_exited() is not None, 5)):
+                    raise Failure(oracle, "begin", f"txnfs_begin: {os.strerror(-rc)}")
+                stop = 0
             try:
                 g.run(case["lists"], self.deadline, stop_after=stop)
             except Stall as e:
@@ -1120,7 +1123,7 @@ class Fuzzer:
                     raise Failure(oracle, "stall", str(e), report="gdb:\n" + bt)
             g.end_workers()
             g.workers_done(self.deadline)
-            if stop is not None:
+            if stop is not None and rc == 0:
                 crash_now()
             elif env.daemon_exited() is None:
                 if case["end"] == "commit":
@@ -1239,7 +1242,15 @@ class Fuzzer:
             if runs >= max_runs or time.monotonic() - t0 > budget_s:
                 return False
             runs += 1
-            f = self.check(build(sub))
+            # a stall is known to be one already: no need to wait the full deadline again
+            # (lock waits are 250 ms on these mounts; 10 s is no ordinary slowness)
+            saved = self.deadline
+            if fail.kind == "stall":
+                self.deadline = min(saved, 10.0)
+            try:
+                f = self.check(build(sub))
+            finally:
+                self.deadline = saved
             return f is not None and f.kind == fail.kind
 
         n = 2
@@ -1327,9 +1338,16 @@ def report(f: Failure, shrunk: dict | None, runs: int) -> str:
     c = f.case
     lines = [f"FAILURE seed {c['seed']} oracle {f.oracle} procs {c['procs']}: {f.kind}",
              f"  {f.detail}"]
-    if f.report:
-        lines.append("  " + f.report[:6000].replace("\n", "\n  "))
     best = shrunk or c
+    fdir = Path(tempfile.mkdtemp(prefix=f"txnfs-fuzz-fail-{c['seed']}-{f.oracle}-"))
+    (fdir / "case.json").write_text(format_case(best) + "\n")
+    if f.report:
+        (fdir / "report.txt").write_text(f.report)
+        # the daemon's own frames first (a stall: who waits for what)
+        own = [ln for ln in f.report.splitlines() if "txnfs::" in ln or ln.startswith("Thread ")]
+        lines.append("  " + "\n  ".join(own[:80]))
+        lines.append(f"  full report: {fdir / 'report.txt'}")
+    lines.append(f"  reproducer file: {fdir / 'case.json'}")
     n = sum(len(x) for x in best["lists"])
     lines.append(f"  reproducer ({n} ops{', minimised in ' + str(runs) + ' runs' if shrunk else ''}; "
                  f"save as FILE, run: tests/fuzz/run --replay FILE):")

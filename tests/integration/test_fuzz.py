@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import fuzzlib as fz  # noqa: E402
 
 SEED = int(os.environ.get("TXNFS_FUZZ_SEED", "1000"))
-SEEDS = int(os.environ.get("TXNFS_FUZZ_SEEDS", "3"))
+SEEDS = int(os.environ.get("TXNFS_FUZZ_SEEDS", "4"))
 OPS = 20
 SHRINK_S = float(os.environ.get("TXNFS_FUZZ_SHRINK_SECONDS", "20"))
 
@@ -59,7 +59,7 @@ def test_fuzz_plain(fuzzer, procs):
 @pytest.mark.parametrize("kind", ("kill", "power"))
 @pytest.mark.parametrize("procs", (1, 4))
 def test_fuzz_crash(fuzzer, procs, kind):
-    _soak(fuzzer, "crash", procs, seeds=2, crash_kind=kind)
+    _soak(fuzzer, "crash", procs, seeds=3, crash_kind=kind)
 
 
 def test_fuzz_every_crash_point(fuzzer):
