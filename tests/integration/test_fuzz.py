@@ -1,0 +1,119 @@
+"""The differential op-space fuzzer (tests/fuzz) in CI: a bounded number of seeds of every
+oracle, in one process and in four processes of one transaction, every injected crash
+point once, and the coverage guards (every FUSE handler of the daemon and every
+renameat2 / fallocate / open flag is generated).
+
+The seeds are fixed (TXNFS_FUZZ_SEED, default 1000) so that CI is deterministic; soaks
+use tests/fuzz/run. A failure shows its seed, oracle and a minimised reproducer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
+
+import fuzzlib as fz  # noqa: E402
+
+SEED = int(os.environ.get("TXNFS_FUZZ_SEED", "1000"))
+SEEDS = int(os.environ.get("TXNFS_FUZZ_SEEDS", "4"))
+OPS = 20
+SHRINK_S = float(os.environ.get("TXNFS_FUZZ_SHRINK_SECONDS", "20"))
+
+
+@pytest.fixture(scope="module")
+def fuzzer():
+    f = fz.Fuzzer(log=lambda *a: print(*a, flush=True))
+    try:
+        yield f
+    finally:
+        problems = f.close()
+        assert not problems, f"cleanup: {problems}"
+
+
+def _soak(fuzzer, oracle, procs, seeds=SEEDS, **kw):
+    reports = fz.soak(fuzzer, SEED, seeds, (oracle,), (procs,), OPS, shrink_seconds=SHRINK_S,
+                      keep_going=False, shrink_runs=60, **kw)
+    assert not reports, "\n\n".join(reports)
+
+
+@pytest.mark.parametrize("procs", (1, 4))
+def test_fuzz_abort(fuzzer, procs):
+    _soak(fuzzer, "abort", procs)
+
+
+@pytest.mark.parametrize("procs", (1, 4))
+def test_fuzz_commit(fuzzer, procs):
+    _soak(fuzzer, "commit", procs)
+
+
+@pytest.mark.parametrize("procs", (1, 4))
+def test_fuzz_plain(fuzzer, procs):
+    _soak(fuzzer, "plain", procs)
+
+
+@pytest.mark.parametrize("kind", ("kill", "power"))
+@pytest.mark.parametrize("procs", (1, 4))
+def test_fuzz_crash(fuzzer, procs, kind):
+    _soak(fuzzer, "crash", procs, seeds=3, crash_kind=kind)
+
+
+def test_fuzz_every_crash_point(fuzzer):
+    """Every injected crash point once (alternating 1 and 4 processes)."""
+    reports = []
+    for i, point in enumerate(fz.crash_point_names()):
+        reports += fz.soak(fuzzer, SEED + i, 1, ("crash",), (1 + 3 * (i % 2),), OPS,
+                           shrink_seconds=SHRINK_S / 2, shrink_runs=30, point=point)
+        if reports:
+            break
+    assert not reports, "\n\n".join(reports)
+
+
+# -- coverage guards (no mount) -----------------------------------------------------
+
+def test_every_fuse_handler_is_fuzzed():
+    handlers = fz.handlers_in_source()
+    assert len(handlers) > 20, f"parsing the handler table found only {sorted(handlers)}"
+    missing = sorted(handlers - set(fz.HANDLER_COVERAGE))
+    assert not missing, (f"FUSE handlers without a fuzzer op in HANDLER_COVERAGE "
+                         f"(tests/fuzz/fuzzlib.py): {missing}")
+    for h, ops in fz.HANDLER_COVERAGE.items():
+        assert ops, h
+        unknown = [o for o in ops if o not in fz.GEN_OPS]
+        assert not unknown, f"HANDLER_COVERAGE[{h!r}] names ops the generator lacks: {unknown}"
+    stale = sorted(set(fz.HANDLER_COVERAGE) - handlers)
+    assert not stale, f"HANDLER_COVERAGE lists handlers the daemon no longer has: {stale}"
+
+
+def test_every_op_and_flag_is_generated():
+    st = fz.Stats()
+    for s in range(40):
+        for oracle, procs in (("abort", 1), ("commit", 1), ("abort", 4)):
+            st.count_ops(fz.gen_case(s, oracle, procs, OPS)["lists"])
+    assert set(st.ops) == set(fz.GEN_OPS), sorted(set(fz.GEN_OPS) - set(st.ops))
+    want = ([f"rename:{f}" for f in fz.RENAME_FLAGS] + [f"fallocate:{f}" for f in fz.FALLOC_FLAGS]
+            + [f"open:{f}" for f in fz.OPEN_FLAGS] + [f"uid:{o}" for o in fz.AS_NOBODY])
+    missing = [f for f in want if f not in st.flags]
+    assert not missing, f"never generated: {missing}"
+    assert set(fz.RENAME_FLAGS) == {"0", "NOREPLACE", "EXCHANGE", "WHITEOUT", "NOREPLACE|WHITEOUT"}
+    assert set(fz.FALLOC_FLAGS) == {"0", "KEEP_SIZE", "PUNCH_HOLE|KEEP_SIZE", "ZERO_RANGE",
+                                    "ZERO_RANGE|KEEP_SIZE", "COLLAPSE_RANGE", "INSERT_RANGE"}
+    assert set(fz.OPEN_FLAGS) >= {"O_RDONLY", "O_WRONLY", "O_RDWR", "O_TRUNC", "O_APPEND",
+                                  "O_DIRECT", "O_NOATIME", "O_CREAT"}
+
+
+def test_cases_are_reproducible():
+    a = fz.gen_case(7, "crash", 4, OPS)
+    assert a == fz.gen_case(7, "crash", 4, OPS)
+    assert fz.parse_case(fz.format_case(a)) == a
+
+
+def test_divergences_are_documented():
+    ids = [d.id for d in fz.DIVERGENCES]
+    assert len(ids) == len(set(ids))
+    for d in fz.DIVERGENCES:
+        assert len(d.reason) > 40, d.id
