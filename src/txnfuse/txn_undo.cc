@@ -113,6 +113,53 @@ void note_before(Fs &fs, Txn &t, const Inode &dir, const char *name) {
   fs.pending.record(t.id(), dir.nodeid, name, std::move(b));
 }
 
+// POSIX ACL inheritance, which the kernel does when an object is made in a directory
+// with a default ACL (fs/posix_acl.c, posix_acl_create): an object born in the log
+// directory misses it, so it gets it here. The parent's default ACL, masked by the
+// permissions asked for, becomes the object's access ACL (a directory also inherits the
+// default ACL itself), and the permissions are masked by the ACL (*perms). Returns 0 or
+// an errno. The xattr format: a le32 version (2), then {le16 tag, le16 perm, le32 id}.
+int inherit_default_acl(int parent_fd, int dirfd, const std::string &name, bool is_dir,
+                        mode_t *perms) {
+  char buf[4 + 8 * 64];
+  ssize_t n = ::getxattr(proc_path(parent_fd).c_str(), "system.posix_acl_default", buf, sizeof buf);
+  if (n < 0) return errno == ENODATA || errno == EOPNOTSUPP ? 0 : errno;
+  if (n < 4 || (n - 4) % 8 != 0) return EIO;
+  std::string def(buf, size_t(n)), acc = def;
+  enum : uint16_t { USER_OBJ = 1, USER = 2, GROUP_OBJ = 4, GROUP = 8, MASK = 0x10, OTHER = 0x20 };
+  mode_t mode = *perms;
+  bool extended = false;
+  uint16_t *group_obj = nullptr, *mask = nullptr;
+  for (size_t k = 4; k + 8 <= acc.size(); k += 8) {
+    auto *e = reinterpret_cast<uint16_t *>(acc.data() + k);  // [0] tag, [1] perm
+    switch (e[0]) {
+      case USER_OBJ:
+        e[1] &= (mode >> 6) & 7;
+        mode &= (e[1] << 6) | ~mode_t(S_IRWXU);
+        break;
+      case OTHER:
+        e[1] &= mode & 7;
+        mode &= e[1] | ~mode_t(S_IRWXO);
+        break;
+      case GROUP_OBJ: group_obj = e; break;
+      case MASK: mask = e; extended = true; break;
+      case USER: case GROUP: extended = true; break;
+      default: return EIO;
+    }
+  }
+  if (uint16_t *g = mask ? mask : group_obj) {
+    g[1] &= (mode >> 3) & 7;
+    mode &= (g[1] << 3) | ~mode_t(S_IRWXG);
+  }
+  std::string path = proc_path(dirfd) + "/" + name;
+  if (is_dir && ::setxattr(path.c_str(), "system.posix_acl_default", def.data(), def.size(), 0) != 0)
+    return errno;
+  if (extended && ::setxattr(path.c_str(), "system.posix_acl_access", acc.data(), acc.size(), 0) != 0)
+    return errno;
+  *perms = mode;
+  return 0;
+}
+
 }  // namespace
 
 int save_attrs(Fs &fs, Txn &t, const Inode &obj) {
@@ -197,11 +244,12 @@ int txn_make(Fs &fs, Txn &t, const Inode &parent, const char *name, mode_t mode,
       return err;
     }
     bool sgid_parent = pst.st_mode & S_ISGID;
+    mode_t perms = (mode & 07777) | (sgid_parent && S_ISDIR(mode) ? S_ISGID : 0);
     if (::fchownat(log.dir_fd(), tmp.c_str(), uid, sgid_parent ? pst.st_gid : gid,
                    AT_SYMLINK_NOFOLLOW) != 0 ||
         (!S_ISLNK(mode) &&
-         ::fchmodat(log.dir_fd(), tmp.c_str(),
-                    (mode & 07777) | (sgid_parent && S_ISDIR(mode) ? S_ISGID : 0), 0) != 0)) {
+         (inherit_default_acl(parent.fd, log.dir_fd(), tmp, S_ISDIR(mode), &perms) != 0 ||
+          ::fchmodat(log.dir_fd(), tmp.c_str(), perms, 0) != 0))) {
       int err = errno;
       discard();
       return err;

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
 import fuzzlib as fz  # noqa: E402
 
 SEED = int(os.environ.get("TXNFS_FUZZ_SEED", "1000"))
-SEEDS = int(os.environ.get("TXNFS_FUZZ_SEEDS", "4"))
+SEEDS = int(os.environ.get("TXNFS_FUZZ_SEEDS", "25"))
 OPS = 20
 SHRINK_S = float(os.environ.get("TXNFS_FUZZ_SHRINK_SECONDS", "20"))
 
