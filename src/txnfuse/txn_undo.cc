@@ -326,7 +326,8 @@ int txn_rename(Fs &fs, Txn &t, const Inode &parent, const char *name, const Inod
     if (displace) {
       if (S_ISDIR(sst.st_mode) && !S_ISDIR(dst.st_mode)) return ENOTDIR;
       if (!S_ISDIR(sst.st_mode) && S_ISDIR(dst.st_mode)) return EISDIR;
-      if (S_ISDIR(dst.st_mode) && !dir_is_empty(newparent.fd, newname)) return ENOTEMPTY;
+      // (EEXIST, as XFS answers a rename onto a non-empty directory; rmdir says ENOTEMPTY)
+      if (S_ISDIR(dst.st_mode) && !dir_is_empty(newparent.fd, newname)) return EEXIST;
     }
     save_attrs_locked(fs, t, parent);
     save_attrs_locked(fs, t, newparent);
