@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <chrono>
@@ -25,6 +26,17 @@
 namespace txnfs {
 
 namespace {
+
+// Lock-order violations (src/sync/mutex.h) go to the log and leave a file in
+// TXNFS_STALL_DUMP (when set) for the test suite to find.
+void report_lock_order(const std::string &m) {
+  spdlog::critical("{}", m);
+  spdlog::default_logger()->flush();
+  const char *dir = std::getenv("TXNFS_STALL_DUMP");
+  if (!dir || !*dir) return;
+  static std::atomic<int> n{0};
+  std::ofstream(fmt::format("{}/lock-order-{}-{}.txt", dir, ::getpid(), ++n)) << m << "\n";
+}
 
 std::string absolute(const std::string &path) {
   char buf[PATH_MAX];
@@ -168,6 +180,7 @@ int run_mount(const MountOptions &opts) {
   }
   spdlog::info("serving {} at {}", fs.paths.root, mountpoint);
 
+  lock_order::set_reporter(report_lock_order);
   fs.txns->start();
   fs.inval.start(s.se);
   if (ready_fd >= 0) {  // the mount is served: let `txnfs mount` return

@@ -444,13 +444,13 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
 
 // Keeps the recorded name of `nodeid` so that an abort can put it back. Call it
 // before the MetaDb transaction that renames the row, never inside it: Txn::mu ranks
-// above MetaDb's mutex (txn_remove calls MetaDb under Txn::mu).
+// above MetaDb's mutex (src/sync/lock_order.h; txn_remove calls MetaDb under Txn::mu).
 // Abort replays row_names newest first, so the first name kept for a row — read before
 // any rename of the transaction changed it — is the one that stays.
-void remember_row_name(Fs &fs, Txn &t, uint64_t nodeid) {
+void remember_row_name(Fs &fs, Txn &t, uint64_t nodeid) EXCLUDES(t.mu) {
   auto row = fs.db->handle(nodeid);
   if (!row) return;
-  std::lock_guard g(t.mu);
+  MutexLock g(t.mu);
   t.row_names.push_back({nodeid, row->parent, row->name});
 }
 
