@@ -21,14 +21,15 @@
 #include "backing.h"
 #include "error.h"
 #include "recover.h"
+#include "stall_watchdog.h"
 #include "txn.h"
 
 namespace txnfs {
 
 namespace {
 
-// Lock-order violations (src/sync/mutex.h) go to the log and leave a file in
-// TXNFS_STALL_DUMP (when set) for the test suite to find.
+// Lock-order violations (src/sync/mutex.h) go to the log and, like stalls, leave a
+// file in TXNFS_STALL_DUMP for the test suite to find.
 void report_lock_order(const std::string &m) {
   spdlog::critical("{}", m);
   spdlog::default_logger()->flush();
@@ -181,6 +182,8 @@ int run_mount(const MountOptions &opts) {
   spdlog::info("serving {} at {}", fs.paths.root, mountpoint);
 
   lock_order::set_reporter(report_lock_order);
+  stall::Watchdog watchdog;
+  watchdog.start();
   fs.txns->start();
   fs.inval.start(s.se);
   if (ready_fd >= 0) {  // the mount is served: let `txnfs mount` return
@@ -200,6 +203,7 @@ int run_mount(const MountOptions &opts) {
   fuse_loop_cfg_destroy(cfg);
   fs.inval.stop();
   fs.txns->stop();
+  watchdog.stop();
   spdlog::info("unmounting {}", mountpoint);
   if (!opts.pid_file.empty()) ::unlink(opts.pid_file.c_str());
   return rc == 0 ? 0 : 1;

@@ -19,6 +19,7 @@
 
 #include "crash_point.h"
 #include "fs.h"
+#include "stall_watchdog.h"
 #include "undo_exec.h"
 
 #ifndef PIDFD_THREAD
@@ -306,6 +307,7 @@ int TxnManager::finish(TxnPtr t, bool commit) {
   std::vector<Txn::RowName> row_names;
   {
     lock_order::assert_none_held("a transaction's requests to finish");
+    stall::expect_wait(lock_timeout(t.get()));  // they may be waiting for locks
     MutexLock g(t->mu);
     while (t->inflight != 0) t->idle.wait(t->mu);
     log = t->log.get();

@@ -7,7 +7,8 @@
     then MetaDb's). The workload must finish within a timeout, then commit or abort
     correctly;
   * the stall watchdog: a request kept unanswered longer than TXNFS_STALL_SECONDS is
-    logged as a stalled request and every thread's stack is saved to TXNFS_STALL_DUMP.
+    logged as a stalled request and every thread's stack is saved to TXNFS_STALL_DUMP
+    (a LOOKUP held by the debug hook TXNFS_DEBUG_BLOCK_LOOKUP).
 
 Workers are separate processes (this file run as a program, see the end).
 """
@@ -107,6 +108,37 @@ def test_concurrent_renames_and_removals_in_one_transaction(mnt, outcome):
                          for k in range(WORKERS)})
         assert after == expected
     # mnt's teardown runs txnfs fsck: handle rows and their names agree with the tree.
+
+
+def test_stall_watchdog_logs_and_dumps_stacks(store, xfs, monkeypatch):
+    """A LOOKUP held for 5 s (debug hook) with a 2 s threshold: the daemon logs it as a
+    stalled request and saves every thread's stack, the held request among them."""
+    dumps = xfs.tmp / "stall-dumps"
+    dumps.mkdir()
+    log = xfs.tmp / "txnfs.log"
+    monkeypatch.setenv("TXNFS_STALL_SECONDS", "2")
+    monkeypatch.setenv("TXNFS_STALL_DUMP", str(dumps))   # not the session's: expected here
+    monkeypatch.setenv("TXNFS_DEBUG_BLOCK_LOOKUP", "stall-me:5")
+    m = tl.Mount(store, xfs.tmp / "mnt", xfs.tmp / "txnfs.pid")
+    m.mount("--log-file", log)
+    try:
+        (m.path / "fine").write_text("x")              # requests that end are no stall
+        t0 = time.monotonic()
+        assert not (m.path / "stall-me").exists()      # held 5 s, then answered
+        assert time.monotonic() - t0 >= 4.5
+        dump = tl.wait_until(lambda: [d for d in dumps.iterdir()
+                                      if "lookup_hook" in d.read_text(errors="replace")],
+                             timeout=60, interval=0.5)
+        assert dump, f"no stack dump in {dumps}: {list(dumps.iterdir())}\n{log.read_text()}"
+        text = dump[0].read_text(errors="replace")
+        assert text.startswith("stalled request: LOOKUP nodeid 1 on thread "), text[:300]
+        assert "Thread " in text
+        logged = log.read_text()
+        assert "stalled request: LOOKUP nodeid 1 on thread" in logged, logged
+        assert "stalled request: every thread's stack saved to " + str(dump[0]) in logged
+        assert "WRITE" not in logged and "CREATE" not in logged  # only the held one
+    finally:
+        m.close()
 
 
 if __name__ == "__main__":
