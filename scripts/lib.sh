@@ -9,7 +9,9 @@ export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"   # where `cargo install` pu
 TXNFS_PACKAGES=(build-essential meson ninja-build pkgconf libfuse3-dev fuse3 libsqlite3-dev
                 sqlite3 uuid-dev catch2 libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
                 xfsprogs attr acl python3 python3-pytest fio
-                libntirpc-dev nfs-ganesha nfs-ganesha-vfs)
+                libntirpc-dev nfs-ganesha nfs-ganesha-vfs clang gdb)
+# clang: the thread-safety analysis of the lock hierarchy (build-tsa, see txnfs_build_tsa);
+# gdb: the daemon's stack dumps of stalled requests (TXNFS_STALL_DUMP).
 # nfs-ganesha + nfs-ganesha-vfs: Debian's unpatched server, the baseline the NFS tests and
 # benchmarks compare with (the patched one is built by scripts/build-ganesha).
 
@@ -74,6 +76,18 @@ txnfs_build() {
   fi
   [[ ${CI:-} != true ]] || meson configure build -Dwerror=true
   ninja -C build
+}
+
+# Compiles the daemon and the store with clang++ and its thread-safety analysis, as
+# errors (-Dthread_safety=true): an unannotated access to a guarded member, a call
+# without a required mutex, or an ordering clang can see broken fails the build. Only
+# the txnfs executable (and what it links) is built, nothing runs.
+txnfs_build_tsa() {
+  cd "$TXNFS_ROOT"
+  if [[ ! -f build-tsa/build.ninja ]]; then
+    CC=clang CXX=clang++ meson setup build-tsa -Dthread_safety=true >/dev/null
+  fi
+  ninja -C build-tsa src/txnfuse/txnfs
 }
 
 # True while the process exists and is not a zombie (PID 1 of a container may not reap).

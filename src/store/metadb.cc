@@ -78,7 +78,7 @@ MetaDb::~MetaDb() {
 // Additive upgrade (see schema.sql): drop the views, run schema.sql again, all in one
 // SQLite transaction, then make it durable. A crash leaves the old version intact.
 void MetaDb::upgrade_from(int version) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   exec("BEGIN IMMEDIATE");
   try {
     std::vector<std::string> views;
@@ -238,7 +238,7 @@ std::unique_ptr<MetaDb> MetaDb::open(const std::string &path, bool readonly) {
 }
 
 std::optional<std::string> MetaDb::get_meta(const std::string &key) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, get_meta_);
   s.bind(1, key);
   if (!s.step()) return std::nullopt;
@@ -246,7 +246,7 @@ std::optional<std::string> MetaDb::get_meta(const std::string &key) {
 }
 
 void MetaDb::set_meta(const std::string &key, const std::string &value) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, set_meta_);
   s.bind(1, key).bind(2, value);
   s.step();
@@ -268,7 +268,7 @@ static HandleRow read_handle(auto &s) {
 }
 
 std::optional<HandleRow> MetaDb::handle(uint64_t nodeid) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, get_handle_);
   s.bind(1, int64_t(nodeid));
   if (!s.step()) return std::nullopt;
@@ -276,7 +276,7 @@ std::optional<HandleRow> MetaDb::handle(uint64_t nodeid) {
 }
 
 void MetaDb::put_handle(HandleRow &row) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   if (row.uuid.empty()) row.uuid = new_uuid();
   Stmt s(*this, put_handle_);
   s.bind(1, int64_t(row.nodeid)).bind(2, int64_t(row.generation)).bind(3, row.uuid);
@@ -289,7 +289,7 @@ void MetaDb::put_handle(HandleRow &row) {
 }
 
 void MetaDb::remove_handle(uint64_t nodeid) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, del_handle_);
   s.bind(1, int64_t(nodeid));
   s.step();
@@ -297,7 +297,7 @@ void MetaDb::remove_handle(uint64_t nodeid) {
 
 void MetaDb::set_handle_name(uint64_t nodeid, std::optional<uint64_t> parent,
                              const std::string &name) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, set_name_);
   s.bind(1, int64_t(nodeid));
   if (parent)
@@ -308,27 +308,27 @@ void MetaDb::set_handle_name(uint64_t nodeid, std::optional<uint64_t> parent,
 }
 
 void MetaDb::clear_handle_name(uint64_t parent, const std::string &name) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, clear_name_);
   s.bind(1, int64_t(parent)).bind(2, name);
   s.step();
 }
 
 void MetaDb::for_each_handle(const std::function<void(const HandleRow &)> &fn) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, all_handles_);
   while (s.step()) fn(read_handle(s));
 }
 
 uint64_t MetaDb::handle_count() {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, count_handles_);
   s.step();
   return uint64_t(s.i64(0));
 }
 
 uint64_t MetaDb::insert_txn(uint32_t uid, int32_t pid, uint32_t flags) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, insert_txn_);
   s.bind(1, int64_t(uid)).bind(2, int64_t(pid)).bind(3, int64_t(flags));
   s.step();
@@ -336,7 +336,7 @@ uint64_t MetaDb::insert_txn(uint32_t uid, int32_t pid, uint32_t flags) {
 }
 
 void MetaDb::set_txn_state(uint64_t id, const char *state) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, set_txn_);
   s.bind(1, int64_t(id)).bind(2, std::string(state));
   s.step();
@@ -359,7 +359,7 @@ void MetaDb::clear_txns() {
 }
 
 void MetaDb::delete_undo_records(uint64_t txid) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, del_undo_);
   s.bind(1, int64_t(txid));
   s.step();
@@ -389,7 +389,7 @@ void MetaDb::insert_undo_records(const std::vector<UndoRecordRow> &rows) {
 }
 
 std::vector<uint64_t> MetaDb::orphan_undo_records() {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, orphan_undo_);
   std::vector<uint64_t> out;
   while (s.step()) out.push_back(uint64_t(s.i64(0)));
@@ -397,7 +397,7 @@ std::vector<uint64_t> MetaDb::orphan_undo_records() {
 }
 
 std::vector<uint64_t> MetaDb::committed_txns() {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, committed_);
   std::vector<uint64_t> out;
   while (s.step()) out.push_back(uint64_t(s.i64(0)));
@@ -405,7 +405,7 @@ std::vector<uint64_t> MetaDb::committed_txns() {
 }
 
 std::vector<std::pair<uint64_t, std::string>> MetaDb::all_txns() {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   Stmt s(*this, all_txns_);
   std::vector<std::pair<uint64_t, std::string>> out;
   while (s.step()) out.emplace_back(uint64_t(s.i64(0)), s.text(1));
@@ -413,7 +413,7 @@ std::vector<std::pair<uint64_t, std::string>> MetaDb::all_txns() {
 }
 
 void MetaDb::transaction(const std::function<void()> &fn) {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   if (tx_depth_ > 0) {
     ++tx_depth_;
     try {
@@ -444,7 +444,7 @@ void MetaDb::transaction(const std::function<void()> &fn) {
 // checkpoint, and delete the WAL and shm files under this connection, whose later
 // commits would go to a deleted file and be lost at the next crash or unmount.
 void MetaDb::sync() {
-  std::lock_guard g(mu_);
+  RecursiveMutexLock g(mu_);
   for (int op : {SQLITE_FCNTL_JOURNAL_POINTER, SQLITE_FCNTL_FILE_POINTER}) {
     sqlite3_file *f = nullptr;
     if (sqlite3_file_control(db_, "main", op, &f) != SQLITE_OK || !f || !f->pMethods) continue;

@@ -2,18 +2,22 @@
 // besides the tree itself goes through here, with prepared statements; the schema
 // comes from schema.sql (embedded at build time) and nowhere else.
 //
-// Thread safety: one connection guarded by a mutex; every public call is atomic.
+// Thread safety: one connection guarded by a mutex; every public call is atomic. The
+// mutex is recursive (transaction(fn) lets fn call the public functions) and ranks 30 in
+// the lock hierarchy (src/sync/lock_order.h): a thread holding it — every fn passed to
+// transaction() — may take only leaf mutexes, never Txn::mu or TxnManager::mu_.
 // Durability: WAL mode, synchronous=NORMAL — a committed change survives a killed
 // process; sync() makes everything committed so far survive a power cut.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "mutex.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -110,17 +114,17 @@ class MetaDb {
   void delete_undo_records(uint64_t txid);
   sqlite3_stmt *prep(const char *sql);
 
-  sqlite3 *db_;
+  sqlite3 *db_;  // used under mu_ (and before the MetaDb is shared)
   std::string path_;
-  std::recursive_mutex mu_;
-  int tx_depth_ = 0;
+  RecursiveMutex mu_{LockRank::kMetaDb};
+  int tx_depth_ GUARDED_BY(mu_) = 0;
   int upgraded_from_ = 0;
   sqlite3_stmt *get_meta_ = nullptr, *set_meta_ = nullptr, *get_handle_ = nullptr,
                *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,
                *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr,
                *insert_txn_ = nullptr, *set_txn_ = nullptr, *del_txn_ = nullptr,
                *committed_ = nullptr, *all_txns_ = nullptr, *del_undo_ = nullptr,
-               *insert_undo_ = nullptr, *orphan_undo_ = nullptr;
+               *insert_undo_ = nullptr, *orphan_undo_ = nullptr;  // used under mu_
 };
 
 }  // namespace txnfs

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <chrono>
@@ -20,11 +21,23 @@
 #include "backing.h"
 #include "error.h"
 #include "recover.h"
+#include "stall_watchdog.h"
 #include "txn.h"
 
 namespace txnfs {
 
 namespace {
+
+// Lock-order violations (src/sync/mutex.h) go to the log and, like stalls, leave a
+// file in TXNFS_STALL_DUMP for the test suite to find.
+void report_lock_order(const std::string &m) {
+  spdlog::critical("{}", m);
+  spdlog::default_logger()->flush();
+  const char *dir = std::getenv("TXNFS_STALL_DUMP");
+  if (!dir || !*dir) return;
+  static std::atomic<int> n{0};
+  std::ofstream(fmt::format("{}/lock-order-{}-{}.txt", dir, ::getpid(), ++n)) << m << "\n";
+}
 
 std::string absolute(const std::string &path) {
   char buf[PATH_MAX];
@@ -168,6 +181,9 @@ int run_mount(const MountOptions &opts) {
   }
   spdlog::info("serving {} at {}", fs.paths.root, mountpoint);
 
+  lock_order::set_reporter(report_lock_order);
+  stall::Watchdog watchdog;
+  watchdog.start();
   fs.txns->start();
   fs.inval.start(s.se);
   if (ready_fd >= 0) {  // the mount is served: let `txnfs mount` return
@@ -187,6 +203,7 @@ int run_mount(const MountOptions &opts) {
   fuse_loop_cfg_destroy(cfg);
   fs.inval.stop();
   fs.txns->stop();
+  watchdog.stop();
   spdlog::info("unmounting {}", mountpoint);
   if (!opts.pid_file.empty()) ::unlink(opts.pid_file.c_str());
   return rc == 0 ? 0 : 1;

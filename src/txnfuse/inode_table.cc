@@ -9,26 +9,26 @@ Inode::~Inode() {
 }
 
 InodePtr InodeTable::get(uint64_t nodeid) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto it = map_.find(nodeid);
   return it == map_.end() ? nullptr : it->second;
 }
 
 InodePtr InodeTable::add_lookup(InodePtr inode) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto [it, inserted] = map_.try_emplace(inode->nodeid, inode);
   it->second->nlookup++;
   return it->second;
 }
 
 void InodeTable::add_lookup_existing(const InodePtr &inode) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   inode->nlookup++;
 }
 
 void InodeTable::forget(uint64_t nodeid, uint64_t n) {
   InodePtr victim;  // closed outside the lock
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto it = map_.find(nodeid);
   if (it == map_.end()) return;
   Inode &i = *it->second;
@@ -40,7 +40,7 @@ void InodeTable::forget(uint64_t nodeid, uint64_t n) {
 }
 
 size_t InodeTable::size() {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return map_.size();
 }
 

@@ -10,9 +10,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include "mutex.h"
 
 namespace txnfs {
 
@@ -23,7 +24,7 @@ struct Inode {
   uint64_t ino = 0;  // backing inode number
   std::string fh;    // backing file handle (see backing.h)
   mode_t type = 0;   // S_IFMT bits
-  uint64_t nlookup = 0;  // guarded by the table's mutex
+  uint64_t nlookup = 0;  // guarded by the table's mutex (not annotated: another object's)
   // Set once a transaction has changed the object: plain opens of it then bypass the
   // page cache (a transaction's writes move the kernel's shared file size).
   mutable std::atomic<bool> txn_written{false};
@@ -36,19 +37,19 @@ using InodePtr = std::shared_ptr<Inode>;
 class InodeTable {
  public:
   // The inode for `nodeid` if the kernel knows it, else null.
-  InodePtr get(uint64_t nodeid);
+  InodePtr get(uint64_t nodeid) EXCLUDES(mu_);
   // Adds one lookup to the entry for inode->nodeid, inserting `inode` if there is
   // none. Returns the entry in the table (which may be an earlier one).
-  InodePtr add_lookup(InodePtr inode);
+  InodePtr add_lookup(InodePtr inode) EXCLUDES(mu_);
   // Adds one lookup to an entry known to be present (the root, or a held inode).
-  void add_lookup_existing(const InodePtr &inode);
+  void add_lookup_existing(const InodePtr &inode) EXCLUDES(mu_);
   // Drops n lookups; the entry leaves the table when none remain.
-  void forget(uint64_t nodeid, uint64_t n);
-  size_t size();
+  void forget(uint64_t nodeid, uint64_t n) EXCLUDES(mu_);
+  size_t size() EXCLUDES(mu_);
 
  private:
-  std::mutex mu_;
-  std::unordered_map<uint64_t, InodePtr> map_;
+  Mutex mu_{LockRank::kInodeTable};  // a leaf (src/sync/lock_order.h)
+  std::unordered_map<uint64_t, InodePtr> map_ GUARDED_BY(mu_);
 };
 
 }  // namespace txnfs

@@ -9,7 +9,7 @@ void Invalidator::start(fuse_session *se) {
 
 void Invalidator::stop() {
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -20,7 +20,7 @@ void Invalidator::stop() {
 void Invalidator::inode(uint64_t nodeid) {
   if (!se_) return;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     q_.push_back({nodeid, {}});
     queued_++;
   }
@@ -30,7 +30,7 @@ void Invalidator::inode(uint64_t nodeid) {
 void Invalidator::entry(uint64_t parent, const std::string &name) {
   if (!se_) return;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     q_.push_back({parent, name});
     queued_++;
   }
@@ -38,15 +38,17 @@ void Invalidator::entry(uint64_t parent, const std::string &name) {
 }
 
 void Invalidator::flush() {
-  std::unique_lock g(mu_);
+  // The kernel may wait for a request that waits for a mutex held here.
+  lock_order::assert_none_held("the kernel's invalidations");
+  MutexLock g(mu_);
   uint64_t upto = queued_;
-  sent_cv_.wait(g, [&] { return stop_ || sent_ >= upto; });
+  while (!stop_ && sent_ < upto) sent_cv_.wait(mu_);
 }
 
 void Invalidator::loop() {
-  std::unique_lock g(mu_);
+  MutexLock g(mu_);
   while (true) {
-    cv_.wait(g, [this] { return stop_ || !q_.empty(); });
+    while (!stop_ && q_.empty()) cv_.wait(mu_);
     if (stop_) return;
     Item it = std::move(q_.front());
     q_.pop_front();

@@ -5,41 +5,41 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <thread>
+
+#include "mutex.h"
 
 namespace txnfs {
 
 class Invalidator {
  public:
   void start(fuse_session *se);
-  void stop();
-  void inode(uint64_t nodeid);
-  void entry(uint64_t parent, const std::string &name);
+  void stop() EXCLUDES(mu_);
+  void inode(uint64_t nodeid) EXCLUDES(mu_);
+  void entry(uint64_t parent, const std::string &name) EXCLUDES(mu_);
   // Waits until everything queued before the call has been sent to the kernel. A
   // transaction's commit or abort calls it (after releasing its locks) before it
   // replies, so that the caller's next request cannot meet a dentry the transaction
   // left stale (after an aborted rename, the old name would still lead to the moved
   // object, and a write to it would land in the wrong file).
-  void flush();
+  void flush() EXCLUDES(mu_);
 
  private:
   struct Item {
     uint64_t node;
     std::string name;  // empty: the inode
   };
-  void loop();
+  void loop() EXCLUDES(mu_);
   fuse_session *se_ = nullptr;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> q_;
-  uint64_t queued_ = 0, sent_ = 0;  // items ever queued / ever sent
-  std::condition_variable sent_cv_;
-  bool stop_ = false;
+  Mutex mu_{LockRank::kInvalidator};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
+  CondVar cv_;
+  std::deque<Item> q_ GUARDED_BY(mu_);
+  uint64_t queued_ GUARDED_BY(mu_) = 0, sent_ GUARDED_BY(mu_) = 0;  // items ever queued / sent
+  CondVar sent_cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread t_;
 };
 

@@ -54,7 +54,7 @@ bool LockManager::grantable(const Entry &e, const LockOwner &owner, LockMode mod
 
 std::vector<uint64_t> LockManager::conflicting(const LockOwner &owner, const LockKey &key,
                                                LockMode mode) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   std::vector<uint64_t> out;
   auto it = table_.find(key);
   if (it == table_.end()) return out;
@@ -68,7 +68,7 @@ std::vector<uint64_t> LockManager::conflicting(const LockOwner &owner, const Loc
 bool LockManager::closes_cycle(const LockOwner &start, const LockKey &key, LockMode mode) {
   std::vector<const LockOwner *> stack;
   std::unordered_set<const LockOwner *> seen;
-  auto push_blockers = [&](const LockKey &k, const LockOwner &who, LockMode m) {
+  auto push_blockers = [&](const LockKey &k, const LockOwner &who, LockMode m) REQUIRES(mu_) {
     auto it = table_.find(k);
     if (it == table_.end()) return false;
     for (LockOwner *b : blockers(it->second, who, m)) {
@@ -88,7 +88,9 @@ bool LockManager::closes_cycle(const LockOwner &start, const LockKey &key, LockM
 
 int LockManager::acquire(LockOwner &owner, const LockKey &key, LockMode mode,
                          std::chrono::milliseconds timeout, bool may_wait) {
-  std::unique_lock g(mu_);
+  // A wait of up to `timeout` under another mutex would stall whoever needs that one.
+  lock_order::assert_none_held("a lock of the lock manager");
+  MutexLock g(mu_);
   auto held = owner.held_.find(key);
   LockMode want = held == owner.held_.end() ? mode : lock_sup(held->second, mode);
   if (held != owner.held_.end() && held->second == want) return 0;
@@ -107,8 +109,7 @@ int LockManager::acquire(LockOwner &owner, const LockKey &key, LockMode mode,
       owner.waiting_mode_ = want;
       waited = true;
     }
-    if (owner.cv_.wait_until(g, deadline) == std::cv_status::timeout &&
-        !grantable(e, owner, want)) {
+    if (!owner.cv_.wait_until(mu_, deadline) && !grantable(e, owner, want)) {
       owner.waiting_ = nullptr;
       std::erase(e.waiters, &owner);
       for (LockOwner *w : e.waiters) w->cv_.notify_one();  // one fewer ahead of them
@@ -134,7 +135,7 @@ int LockManager::acquire(LockOwner &owner, const LockKey &key, LockMode mode,
 }
 
 bool LockManager::contended(const LockKey &key, LockMode mode) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto it = table_.find(key);
   if (it == table_.end()) return false;
   for (auto &[o, m] : it->second.holders)
@@ -143,12 +144,12 @@ bool LockManager::contended(const LockKey &key, LockMode mode) {
 }
 
 std::pair<size_t, size_t> LockManager::counts(const LockOwner &owner) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return {owner.held_.size(), owner.waiting_ ? 1 : 0};
 }
 
 void LockManager::release_all(LockOwner &owner) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   for (auto &[key, mode] : owner.held_) {
     auto it = table_.find(key);
     if (it == table_.end()) continue;

@@ -9,16 +9,18 @@
 // calls release_all. A request that must wait records what it waits for; when
 // waiting would close a cycle in the waits-for graph, the requester fails with
 // EDEADLK instead (no timeout is needed to find a deadlock). Every wait is also
-// bounded by a timeout (ETIMEDOUT). The manager's mutex is never held across I/O.
+// bounded by a timeout (ETIMEDOUT). The manager's mutex is a leaf of the lock
+// hierarchy (src/sync/lock_order.h), never held across I/O; a request waits for a lock
+// holding no mutex at all.
 #pragma once
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "mutex.h"
 
 namespace txnfs {
 
@@ -49,10 +51,11 @@ class LockOwner {
  private:
   friend class LockManager;
   uint64_t id_;
-  std::unordered_map<LockKey, LockMode, LockKeyHash> held_;  // guarded by manager mutex
-  const LockKey *waiting_ = nullptr;                          // guarded by manager mutex
+  // Guarded by the manager's mutex (which the analysis cannot name from here).
+  std::unordered_map<LockKey, LockMode, LockKeyHash> held_;
+  const LockKey *waiting_ = nullptr;
   LockMode waiting_mode_ = LockMode::IS;
-  std::condition_variable cv_;
+  CondVar cv_;  // waits on the manager's mutex
 };
 
 class LockManager {
@@ -61,16 +64,17 @@ class LockManager {
   // `timeout` while other owners hold conflicting modes. Returns 0, EDEADLK (waiting
   // would deadlock, or may_wait is false and there is a conflict) or ETIMEDOUT.
   int acquire(LockOwner &owner, const LockKey &key, LockMode mode,
-              std::chrono::milliseconds timeout, bool may_wait = true);
-  void release_all(LockOwner &owner);
+              std::chrono::milliseconds timeout, bool may_wait = true) EXCLUDES(mu_);
+  void release_all(LockOwner &owner) EXCLUDES(mu_);
 
   // Owners other than `owner` holding a mode on `key` that conflicts with `mode`.
-  std::vector<uint64_t> conflicting(const LockOwner &owner, const LockKey &key, LockMode mode);
+  std::vector<uint64_t> conflicting(const LockOwner &owner, const LockKey &key, LockMode mode)
+      EXCLUDES(mu_);
 
   // Does anyone hold a mode on `key` that conflicts with `mode`?
-  bool contended(const LockKey &key, LockMode mode);
+  bool contended(const LockKey &key, LockMode mode) EXCLUDES(mu_);
   // (locks held, locks awaited) by `owner`.
-  std::pair<size_t, size_t> counts(const LockOwner &owner);
+  std::pair<size_t, size_t> counts(const LockOwner &owner) EXCLUDES(mu_);
 
   uint64_t deadlocks() const { return deadlocks_; }
   uint64_t timeouts() const { return timeouts_; }
@@ -80,12 +84,13 @@ class LockManager {
     std::vector<std::pair<LockOwner *, LockMode>> holders;
     std::vector<LockOwner *> waiters;
   };
-  std::vector<LockOwner *> blockers(const Entry &e, const LockOwner &owner, LockMode mode) const;
-  bool grantable(const Entry &e, const LockOwner &owner, LockMode mode) const;
-  bool closes_cycle(const LockOwner &start, const LockKey &key, LockMode mode);
+  std::vector<LockOwner *> blockers(const Entry &e, const LockOwner &owner, LockMode mode) const
+      REQUIRES(mu_);
+  bool grantable(const Entry &e, const LockOwner &owner, LockMode mode) const REQUIRES(mu_);
+  bool closes_cycle(const LockOwner &start, const LockKey &key, LockMode mode) REQUIRES(mu_);
 
-  std::mutex mu_;
-  std::unordered_map<LockKey, Entry, LockKeyHash> table_;
+  Mutex mu_{LockRank::kLockManager};
+  std::unordered_map<LockKey, Entry, LockKeyHash> table_ GUARDED_BY(mu_);
   std::atomic<uint64_t> deadlocks_{0}, timeouts_{0};
 };
 

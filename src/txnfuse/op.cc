@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "crash_point.h"
+#include "stall_watchdog.h"
 
 namespace txnfs {
 
@@ -43,7 +44,9 @@ int Op::lock(const LockKey &key, LockMode mode) {
   if (lockless_) return 0;
   if (mode == LockMode::X || mode == LockMode::IX) mutating_ = true;
   LockOwner &owner = txn_ ? static_cast<LockOwner &>(*txn_) : *plain_;
-  int err = fs_.locks.acquire(owner, key, mode, fs_.txns->lock_timeout(txn_.get()));
+  auto timeout = fs_.txns->lock_timeout(txn_.get());
+  stall::expect_wait(timeout);  // waiting up to the lock timeout is not a stall
+  int err = fs_.locks.acquire(owner, key, mode, timeout);
   if (err && txn_) txn_->doom(err);
   return err;
 }

@@ -461,11 +461,15 @@ void record_whiteout(Fs &fs, const InodePtr &parent, const char *name) {
   record_handle(fs, *w, id, parent->nodeid, name, true);
 }
 
-// Keeps the recorded name of `nodeid` so that an abort can put it back.
-void remember_row_name(Fs &fs, Txn &t, uint64_t nodeid) {
+// Keeps the recorded name of `nodeid` so that an abort can put it back. Call it
+// before the MetaDb transaction that renames the row, never inside it: Txn::mu ranks
+// above MetaDb's mutex (src/sync/lock_order.h; txn_remove calls MetaDb under Txn::mu).
+// Abort replays row_names newest first, so the first name kept for a row — read before
+// any rename of the transaction changed it — is the one that stays.
+void remember_row_name(Fs &fs, Txn &t, uint64_t nodeid) EXCLUDES(t.mu) {
   auto row = fs.db->handle(nodeid);
   if (!row) return;
-  std::lock_guard g(t.mu);
+  MutexLock g(t.mu);
   t.row_names.push_back({nodeid, row->parent, row->name});
 }
 
@@ -496,19 +500,20 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
   }
   try {
     if (!err && !same && stat_fd(src, &sst) == 0) {
+      uint64_t src_id = fs.nodeid_of(sst.st_ino);
+      Txn *t = op.txn();
+      bool exchanged = (flags & RENAME_EXCHANGE) && dst >= 0 && stat_fd(dst, &dst_st) == 0;
+      uint64_t dst_id = exchanged ? fs.nodeid_of(dst_st.st_ino) : 0;
+      if (t) {  // first, outside the MetaDb transaction (see remember_row_name)
+        if (exchanged) remember_row_name(fs, *t, dst_id);
+        remember_row_name(fs, *t, src_id);
+      }
       fs.db->transaction([&] {
-        uint64_t src_id = fs.nodeid_of(sst.st_ino);
-        Txn *t = op.txn();
         if (flags & RENAME_EXCHANGE) {
-          if (dst >= 0 && stat_fd(dst, &dst_st) == 0) {
-            uint64_t dst_id = fs.nodeid_of(dst_st.st_ino);
-            if (t) remember_row_name(fs, *t, dst_id);
-            fs.db->set_handle_name(dst_id, parent, name);
-          }
+          if (exchanged) fs.db->set_handle_name(dst_id, parent, name);
         } else if (dst >= 0 && !t) {
           unrecord_name(fs, dst, newparent, newname);  // (a transaction keeps it stashed)
         }
-        if (t) remember_row_name(fs, *t, src_id);
         fs.db->set_handle_name(src_id, newparent, newname);
       });
     }

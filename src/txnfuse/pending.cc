@@ -6,13 +6,13 @@ namespace txnfs {
 
 void PendingEntries::record(uint64_t txid, uint64_t dir, const std::string &name,
                             EntryBefore before) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto [it, inserted] = dirs_[dir].try_emplace(name, txid, std::move(before));
   if (inserted) by_txn_[txid].push_back({dir, name});
 }
 
 void PendingEntries::forget(uint64_t txid) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   std::erase_if(objects_, [&](auto &kv) { return kv.second.first == txid; });
   auto t = by_txn_.find(txid);
   if (t == by_txn_.end()) return;
@@ -26,7 +26,7 @@ void PendingEntries::forget(uint64_t txid) {
 }
 
 std::optional<EntryBefore> PendingEntries::before(uint64_t dir, const std::string &name) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto d = dirs_.find(dir);
   if (d == dirs_.end()) return std::nullopt;
   auto e = d->second.find(name);
@@ -35,7 +35,7 @@ std::optional<EntryBefore> PendingEntries::before(uint64_t dir, const std::strin
 }
 
 std::map<std::string, EntryBefore> PendingEntries::in_dir(uint64_t dir) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   std::map<std::string, EntryBefore> out;
   auto d = dirs_.find(dir);
   if (d != dirs_.end())
@@ -44,7 +44,7 @@ std::map<std::string, EntryBefore> PendingEntries::in_dir(uint64_t dir) {
 }
 
 bool PendingEntries::empty() {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   return dirs_.empty();
 }
 
@@ -53,7 +53,7 @@ bool PendingEntries::empty() {
 namespace txnfs {
 
 void PendingEntries::note_attrs(uint64_t txid, uint64_t nodeid, const struct stat &st, int log_fd) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   ObjectBefore b;
   b.st = st;
   b.log_fd = log_fd;
@@ -61,19 +61,19 @@ void PendingEntries::note_attrs(uint64_t txid, uint64_t nodeid, const struct sta
 }
 
 void PendingEntries::note_range(uint64_t nodeid, uint64_t off, uint64_t end, std::string obj) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto it = objects_.find(nodeid);
   if (it != objects_.end()) it->second.second.ranges[off] = {end, std::move(obj)};
 }
 
 void PendingEntries::note_xattrs(uint64_t nodeid, std::string obj) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto it = objects_.find(nodeid);
   if (it != objects_.end()) it->second.second.xattrs = std::move(obj);
 }
 
 std::optional<ObjectBefore> PendingEntries::object(uint64_t nodeid) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto it = objects_.find(nodeid);
   if (it == objects_.end()) return std::nullopt;
   ObjectBefore b = it->second.second;

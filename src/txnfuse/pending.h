@@ -12,12 +12,13 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "mutex.h"
 
 namespace txnfs {
 
@@ -41,26 +42,32 @@ class PendingEntries {
  public:
   // Records the state of (dir, name) before `txid` first changes it; later calls
   // for the same entry by the same transaction keep the first record.
-  void record(uint64_t txid, uint64_t dir, const std::string &name, EntryBefore before);
-  void forget(uint64_t txid);
-  std::optional<EntryBefore> before(uint64_t dir, const std::string &name);
+  void record(uint64_t txid, uint64_t dir, const std::string &name, EntryBefore before)
+      EXCLUDES(mu_);
+  void forget(uint64_t txid) EXCLUDES(mu_);
+  std::optional<EntryBefore> before(uint64_t dir, const std::string &name) EXCLUDES(mu_);
   // Every recorded entry of `dir`.
-  std::map<std::string, EntryBefore> in_dir(uint64_t dir);
-  bool empty();
+  std::map<std::string, EntryBefore> in_dir(uint64_t dir) EXCLUDES(mu_);
+  bool empty() EXCLUDES(mu_);
 
   // Objects (by nodeid). `note_*` are called before the change they describe.
-  void note_attrs(uint64_t txid, uint64_t nodeid, const struct stat &st, int log_fd);
-  void note_range(uint64_t nodeid, uint64_t off, uint64_t end, std::string data_object);
-  void note_xattrs(uint64_t nodeid, std::string data_object);
+  void note_attrs(uint64_t txid, uint64_t nodeid, const struct stat &st, int log_fd)
+      EXCLUDES(mu_);
+  void note_range(uint64_t nodeid, uint64_t off, uint64_t end, std::string data_object)
+      EXCLUDES(mu_);
+  void note_xattrs(uint64_t nodeid, std::string data_object) EXCLUDES(mu_);
   // The committed state of `nodeid` if an open transaction changed it. log_fd in the
   // copy is dup()ed for the caller, who closes it.
-  std::optional<ObjectBefore> object(uint64_t nodeid);
+  std::optional<ObjectBefore> object(uint64_t nodeid) EXCLUDES(mu_);
 
  private:
-  std::unordered_map<uint64_t, std::pair<uint64_t, ObjectBefore>> objects_;  // nodeid -> (txid, state)
-  std::mutex mu_;
-  std::unordered_map<uint64_t, std::map<std::string, std::pair<uint64_t, EntryBefore>>> dirs_;
-  std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, std::string>>> by_txn_;
+  Mutex mu_{LockRank::kPending};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
+  // nodeid -> (txid, state)
+  std::unordered_map<uint64_t, std::pair<uint64_t, ObjectBefore>> objects_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::map<std::string, std::pair<uint64_t, EntryBefore>>> dirs_
+      GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, std::string>>> by_txn_
+      GUARDED_BY(mu_);
 };
 
 }  // namespace txnfs

@@ -49,7 +49,7 @@ void StepMirror::start() { thread_ = std::thread([this] { loop(); }); }
 
 void StepMirror::stop() {
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     if (stopping_) return;
     stopping_ = true;
   }
@@ -59,14 +59,14 @@ void StepMirror::stop() {
 }
 
 void StepMirror::add(uint64_t txid, const UndoStep &s) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   queue_.push_back(row_of(txid, s));
 }
 
 void StepMirror::flush() {
   std::vector<UndoRecordRow> batch;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     batch.swap(queue_);
   }
   if (batch.empty()) return;
@@ -79,9 +79,11 @@ void StepMirror::flush() {
 }
 
 void StepMirror::loop() {
-  std::unique_lock lk(mu_);
+  MutexLock lk(mu_);
   while (!stopping_) {
-    cv_.wait_for(lk, kInterval, [this] { return stopping_; });
+    auto until = std::chrono::steady_clock::now() + kInterval;
+    while (!stopping_ && cv_.wait_until(mu_, until)) {
+    }
     lk.unlock();
     flush();
     lk.lock();

@@ -8,13 +8,12 @@
 // kInterval after they were recorded, so the request path never waits for SQLite.
 #pragma once
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "metadb.h"
+#include "mutex.h"
 #include "undo_step.h"
 
 namespace txnfs {
@@ -26,18 +25,18 @@ class StepMirror {
   explicit StepMirror(MetaDb &db) : db_(db) {}
   ~StepMirror() { stop(); }
   void start();
-  void stop();  // writes what is queued, then ends the thread
+  void stop() EXCLUDES(mu_);  // writes what is queued, then ends the thread
 
-  void add(uint64_t txid, const UndoStep &s);
+  void add(uint64_t txid, const UndoStep &s) EXCLUDES(mu_);
 
  private:
-  void loop();
-  void flush();  // writes every step queued so far
+  void loop() EXCLUDES(mu_);
+  void flush() EXCLUDES(mu_);  // writes every step queued so far (MetaDb, not under mu_)
   MetaDb &db_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<UndoRecordRow> queue_;
-  bool stopping_ = false;
+  Mutex mu_{LockRank::kStepMirror};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
+  CondVar cv_;
+  std::vector<UndoRecordRow> queue_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

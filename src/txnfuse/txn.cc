@@ -19,6 +19,7 @@
 
 #include "crash_point.h"
 #include "fs.h"
+#include "stall_watchdog.h"
 #include "undo_exec.h"
 
 #ifndef PIDFD_THREAD
@@ -80,6 +81,7 @@ void TxnManager::stop() {
     uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
   }
+  { MutexLock g(clean_mu_); }  // the cleaner is waiting, or will see stopping_
   clean_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
   if (cleaner_.joinable()) cleaner_.join();
@@ -87,7 +89,7 @@ void TxnManager::stop() {
 }
 
 TxnPtr TxnManager::find(uint64_t id) {
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   auto it = by_id_.find(id);
   return it == by_id_.end() ? nullptr : it->second;
 }
@@ -95,7 +97,7 @@ TxnPtr TxnManager::find(uint64_t id) {
 TxnPtr TxnManager::bound(pid_t tid) {
   if (!any_open() || tid <= 0) return nullptr;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     if (auto it = by_thread_.find(tid); it != by_thread_.end()) return it->second;
     if (by_process_.empty()) return nullptr;
     if (auto it = proc_cache_.find(tid); it != proc_cache_.end() && it->second.first == epoch_)
@@ -114,7 +116,7 @@ TxnPtr TxnManager::lookup_process(pid_t tid) {
     chain.push_back(ppid);
     ppid = tgid_ppid(ppid).second;
   }
-  std::lock_guard g(mu_);
+  MutexLock g(mu_);
   TxnPtr t;
   for (pid_t p : chain)
     if (auto it = by_process_.find(p); it != by_process_.end()) {
@@ -150,7 +152,7 @@ int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, ui
   auto t = std::make_shared<Txn>(txid, uid, owner, flags);
   t->pidfd = pidfd;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     if ((process ? by_process_.count(owner) : by_thread_.count(owner)) != 0) {
       ::close(pidfd);
       fs_.db->delete_txn(txid);
@@ -174,7 +176,7 @@ int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, ui
 }
 
 int TxnManager::enter(Txn &t) {
-  std::lock_guard g(t.mu);
+  MutexLock g(t.mu);
   int s = t.state.load();
   if (s == TXNFS_ABORT_ONLY) return t.error ? int(t.error) : EDEADLK;
   if (s != TXNFS_ACTIVE) return ENOENT;  // being committed or aborted
@@ -196,7 +198,7 @@ int TxnManager::enter(Txn &t) {
 }
 
 void TxnManager::leave(Txn &t) {
-  std::lock_guard g(t.mu);
+  MutexLock g(t.mu);
   if (--t.inflight == 0) t.idle.notify_all();
 }
 
@@ -243,7 +245,7 @@ int TxnManager::info(uid_t uid, uint64_t id, struct txnfs_info *out) {
   out->flags = t->flags;
   out->ops = t->ops;
   {
-    std::lock_guard g(t->mu);
+    MutexLock g(t->mu);
     out->backup_bytes = t->log ? t->log->backup_bytes() : 0;
   }
   out->age_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -257,12 +259,12 @@ int TxnManager::info(uid_t uid, uint64_t id, struct txnfs_info *out) {
 // written and the database synced: a commit record is never durable before the
 // effects it vouches for. Everyone queued when a leader starts shares its syncs.
 int TxnManager::durable_commit(Txn &t) {
-  std::unique_lock l(gc_mu_);
+  MutexLock l(gc_mu_);
   uint64_t ticket = ++gc_requested_;
   gc_queue_.push_back(&t);
   while (gc_done_ < ticket) {
     if (gc_leader_) {
-      gc_cv_.wait(l);
+      gc_cv_.wait(gc_mu_);
       continue;
     }
     gc_leader_ = true;
@@ -297,13 +299,24 @@ int TxnManager::durable_commit(Txn &t) {
 // Ends `t`: makes a commit durable, or rolls back; then releases its locks, drops
 // what the kernel cached about its changes, and unbinds it.
 int TxnManager::finish(TxnPtr t, bool commit) {
+  // Once no request of `t` is in flight nothing else changes what it recorded (enter()
+  // refuses new ones): take what the commit or rollback needs, then let go of t->mu,
+  // which must not be held across SQLite, syncs and the undo executor.
+  UndoLog *log;
+  std::multimap<uint64_t, Txn::Unlinked> unlinked;
+  std::vector<Txn::RowName> row_names;
   {
-    std::unique_lock g(t->mu);
-    t->idle.wait(g, [&] { return t->inflight == 0; });
+    lock_order::assert_none_held("a transaction's requests to finish");
+    stall::expect_wait(lock_timeout(t.get()));  // they may be waiting for locks
+    MutexLock g(t->mu);
+    while (t->inflight != 0) t->idle.wait(t->mu);
+    log = t->log.get();
+    unlinked = t->unlinked;
+    row_names = t->row_names;
   }
   int err = 0;
   if (commit) {
-    err = t->log ? durable_commit(*t) : 0;
+    err = log ? durable_commit(*t) : 0;
     if (err) {
       spdlog::error("transaction {}: commit failed ({}); rolling back", t->id(),
                     std::strerror(err));
@@ -315,9 +328,9 @@ int TxnManager::finish(TxnPtr t, bool commit) {
     t->state = TXNFS_COMMITTED;
     // Rows of objects whose last name the transaction removed go with it.
     try {
-      for (auto &[nodeid, u] : t->unlinked) {
+      for (auto &[nodeid, u] : unlinked) {
         struct stat st;
-        if (::fstatat(t->log->dir_fd(), u.stash.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (::fstatat(log->dir_fd(), u.stash.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
         if (st.st_nlink <= 1 || S_ISDIR(st.st_mode))
           fs_.db->remove_handle(nodeid);
         else
@@ -325,14 +338,14 @@ int TxnManager::finish(TxnPtr t, bool commit) {
         // The removed name is gone for good: drop the log's link to the object now,
         // so its link count is right as soon as the commit returns (the rest of the
         // log goes in the background).
-        ::unlinkat(t->log->dir_fd(), u.stash.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
+        ::unlinkat(log->dir_fd(), u.stash.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
       }
     } catch (const std::exception &e) {
       spdlog::error("transaction {}: updating handle rows: {}", t->id(), e.what());
     }
     TXNFS_CRASH_POINT("commit.after_rows");
-    if (t->log) {
-      std::lock_guard g(clean_mu_);
+    if (log) {
+      MutexLock g(clean_mu_);
       to_discard_.push_back(t->id());
     } else {
       fs_.db->delete_txn(t->id());
@@ -342,7 +355,7 @@ int TxnManager::finish(TxnPtr t, bool commit) {
   } else {
     t->state = TXNFS_ABORTED;
     try {
-      if (t->log) {
+      if (log) {
         UndoContext ctx{fs_.tree_fd, fs_.backups_fd,
                         [](const UndoStep &) { TXNFS_CRASH_POINT("abort.mid_undo"); }};
         UndoResult r = undo_transaction(ctx, t->id());
@@ -353,7 +366,7 @@ int TxnManager::finish(TxnPtr t, bool commit) {
         for (auto &obj : r.removed) fs_.db->remove_handle(fs_.nodeid_of(obj.ino));
         for (auto &obj : r.touched) fs_.inval.inode(fs_.nodeid_of(obj.ino));
       }
-      for (auto it = t->row_names.rbegin(); it != t->row_names.rend(); ++it)
+      for (auto it = row_names.rbegin(); it != row_names.rend(); ++it)
         fs_.db->set_handle_name(it->nodeid, it->parent, it->name);
       fs_.db->delete_txn(t->id());
     } catch (const std::exception &e) {
@@ -366,7 +379,7 @@ int TxnManager::finish(TxnPtr t, bool commit) {
   fs_.pending.forget(t->id());
   fs_.locks.release_all(*t);
   {
-    std::lock_guard g(t->mu);
+    MutexLock g(t->mu);
     for (auto &[nodeid, o] : t->objects) fs_.inval.inode(nodeid);
     for (auto &[dir, name] : t->entries) {
       fs_.inval.entry(dir, name);
@@ -383,7 +396,7 @@ int TxnManager::finish(TxnPtr t, bool commit) {
 
 void TxnManager::unbind(Txn &t) {
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     by_id_.erase(t.id());
     auto &m = t.process_bound() ? by_process_ : by_thread_;
     if (auto it = m.find(t.pid); it != m.end() && it->second.get() == &t) m.erase(it);
@@ -403,7 +416,7 @@ void TxnManager::reaper_loop() {
     std::vector<pollfd> fds{{wake_fd_, POLLIN, 0}};
     std::vector<TxnPtr> owners;
     {
-      std::lock_guard g(mu_);
+      MutexLock g(mu_);
       for (auto &[id, t] : by_id_) {
         fds.push_back({t->pidfd, POLLIN, 0});
         owners.push_back(t);
@@ -428,9 +441,9 @@ void TxnManager::reaper_loop() {
 // Discards the logs of committed transactions, then (after a syncfs makes the
 // removals durable) deletes their records: a record must never vanish before its log.
 void TxnManager::cleaner_loop() {
-  std::unique_lock g(clean_mu_);
+  MutexLock g(clean_mu_);
   while (true) {
-    clean_cv_.wait(g, [&] { return stopping_ || !to_discard_.empty(); });
+    while (!stopping_ && to_discard_.empty()) clean_cv_.wait(clean_mu_);
     if (to_discard_.empty() && stopping_) return;
     std::deque<uint64_t> batch;
     batch.swap(to_discard_);
@@ -465,7 +478,7 @@ std::string TxnManager::status_json() {
   nlohmann::json txns = nlohmann::json::array();
   std::vector<TxnPtr> all;
   {
-    std::lock_guard g(mu_);
+    MutexLock g(mu_);
     for (auto &[id, t] : by_id_) all.push_back(t);
   }
   for (auto &t : all) {

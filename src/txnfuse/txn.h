@@ -16,12 +16,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -31,6 +29,7 @@
 
 #include "interval_set.h"
 #include "lock_manager.h"
+#include "mutex.h"
 #include "step_mirror.h"
 #include "txnfs.h"
 #include "undo_log.h"
@@ -71,37 +70,39 @@ struct Txn : LockOwner {
   std::atomic<uint64_t> ops{0};
   std::atomic<int64_t> lock_timeout_ms{-1};  // per lock wait; -1: the mount's default
 
-  std::mutex mu;  // guards everything below
-  std::unique_ptr<UndoLog> log;  // created at the first change
-  std::unordered_map<uint64_t, TouchedObject> objects;  // by nodeid
-  std::set<std::pair<uint64_t, std::string>> entries;   // changed (dir nodeid, name)
+  // Guards everything below (rank 20 in src/sync/lock_order.h: under it a request may
+  // take MetaDb's and leaf mutexes; it is never taken inside MetaDb::transaction).
+  Mutex mu{LockRank::kTxn};
+  std::unique_ptr<UndoLog> log GUARDED_BY(mu);  // created at the first change
+  std::unordered_map<uint64_t, TouchedObject> objects GUARDED_BY(mu);  // by nodeid
+  std::set<std::pair<uint64_t, std::string>> entries GUARDED_BY(mu);  // changed (dir nodeid, name)
   struct Unlinked {
     std::string stash;  // name of the stashed object in the log directory
     uint64_t parent;
     std::string name;
   };
-  std::multimap<uint64_t, Unlinked> unlinked;  // by nodeid: every name the transaction
+  std::multimap<uint64_t, Unlinked> unlinked GUARDED_BY(mu);  // by nodeid: every name the transaction
                                                // removed (an object may lose several)
   struct RowName {
     uint64_t nodeid;
     std::optional<uint64_t> parent;
     std::string name;
   };
-  std::vector<RowName> row_names;  // handle-row names before renames, for abort
-  int pidfd = -1;               // the owner, watched by the reaper
-  int commit_error = 0;         // set by the group-commit leader
-  int inflight = 0;             // requests of this transaction being served
-  std::condition_variable idle;
+  std::vector<RowName> row_names GUARDED_BY(mu);  // handle-row names before renames, for abort
+  int pidfd = -1;               // the owner, watched by the reaper (set before it is shared)
+  int commit_error = 0;         // set by the group-commit leader (under TxnManager::gc_mu_)
+  int inflight GUARDED_BY(mu) = 0;  // requests of this transaction being served
+  CondVar idle;                 // inflight dropped to 0
 
   uint64_t id() const { return LockOwner::id(); }
   // Has this transaction changed (or made) the object?
-  bool touched(uint64_t nodeid) {
-    std::lock_guard g(mu);
+  bool touched(uint64_t nodeid) EXCLUDES(mu) {
+    MutexLock g(mu);
     return objects.count(nodeid) != 0;
   }
   // Corrects attributes this transaction reads for what its own log hides.
-  void adjust(struct stat &st, uint64_t nodeid) {
-    std::lock_guard g(mu);
+  void adjust(struct stat &st, uint64_t nodeid) EXCLUDES(mu) {
+    MutexLock g(mu);
     auto it = objects.find(nodeid);
     if (it != objects.end() && it->second.stashed) st.st_nlink -= it->second.stashed;
   }
@@ -150,47 +151,48 @@ class TxnManager {
   // Request accounting: a request of `t` starts/ends. enter() fails with the error
   // that ended the transaction's usefulness (EDEADLK for abort-only, ENOENT once
   // committing/aborting, EFBIG/ENOSPC-like for limits).
-  int enter(Txn &t);
-  void leave(Txn &t);
+  int enter(Txn &t) EXCLUDES(t.mu);
+  void leave(Txn &t) EXCLUDES(t.mu);
 
   uint64_t commits() const { return commits_; }
   // Copies undo steps into undo_records for inspection (null before start()).
   StepMirror *mirror() { return mirror_.get(); }
 
  private:
-  TxnPtr find(uint64_t id);
+  TxnPtr find(uint64_t id) EXCLUDES(mu_);
   int finish(TxnPtr t, bool commit);
-  int durable_commit(Txn &t);
+  int durable_commit(Txn &t) EXCLUDES(gc_mu_);
   void unbind(Txn &t);
   void reaper_loop();
   void cleaner_loop();
-  TxnPtr lookup_process(pid_t tid);
+  TxnPtr lookup_process(pid_t tid) EXCLUDES(mu_);
 
   Fs &fs_;
-  std::mutex mu_;  // guards the maps
-  std::unordered_map<uint64_t, TxnPtr> by_id_;
-  std::unordered_map<pid_t, TxnPtr> by_thread_;   // thread-bound
-  std::unordered_map<pid_t, TxnPtr> by_process_;  // process-bound, by pid
-  std::unordered_map<pid_t, std::pair<uint64_t, TxnPtr>> proc_cache_;  // tid -> (epoch, txn)
-  uint64_t epoch_ = 0;  // bumps when the set of process-bound transactions changes
+  // Lock hierarchy: src/sync/lock_order.h (mu_ 10, gc_mu_ 40, clean_mu_ 41).
+  Mutex mu_{LockRank::kTxnManager};  // guards the maps
+  std::unordered_map<uint64_t, TxnPtr> by_id_ GUARDED_BY(mu_);
+  std::unordered_map<pid_t, TxnPtr> by_thread_ GUARDED_BY(mu_);   // thread-bound
+  std::unordered_map<pid_t, TxnPtr> by_process_ GUARDED_BY(mu_);  // process-bound, by pid
+  // tid -> (epoch, txn)
+  std::unordered_map<pid_t, std::pair<uint64_t, TxnPtr>> proc_cache_ GUARDED_BY(mu_);
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;  // bumps when the set of process-bound transactions changes
   std::atomic<int> open_count_{0};
 
   // Group commit: a leader syncs for everyone who arrived before it started.
-  std::mutex gc_mu_;
-  std::condition_variable gc_cv_;
-  std::vector<Txn *> gc_queue_;
-  uint64_t gc_requested_ = 0, gc_done_ = 0;
-  bool gc_leader_ = false;
-  int gc_error_ = 0;
+  Mutex gc_mu_ ACQUIRED_AFTER(mu_){LockRank::kGroupCommit};
+  CondVar gc_cv_;
+  std::vector<Txn *> gc_queue_ GUARDED_BY(gc_mu_);
+  uint64_t gc_requested_ GUARDED_BY(gc_mu_) = 0, gc_done_ GUARDED_BY(gc_mu_) = 0;
+  bool gc_leader_ GUARDED_BY(gc_mu_) = false;
 
   // Background: owner-exit reaper and log cleaner.
   std::atomic<bool> stopping_{false};
   int wake_fd_ = -1;  // eventfd: the set of owners changed
   std::thread reaper_, cleaner_;
   std::unique_ptr<StepMirror> mirror_;
-  std::mutex clean_mu_;
-  std::condition_variable clean_cv_;
-  std::deque<uint64_t> to_discard_;
+  Mutex clean_mu_ ACQUIRED_AFTER(gc_mu_){LockRank::kCleaner};
+  CondVar clean_cv_;
+  std::deque<uint64_t> to_discard_ GUARDED_BY(clean_mu_);
 
   std::atomic<uint64_t> commits_{0}, aborts_{0}, owner_exits_{0};
 };

@@ -29,7 +29,7 @@ BackingId id_of(const Inode &i) {
 }
 
 // The transaction's log, created at its first change. Caller holds t.mu.
-UndoLog &log_of(Fs &fs, Txn &t) {
+UndoLog &log_of(Fs &fs, Txn &t) REQUIRES(t.mu) {
   if (!t.log) {
     t.log = UndoLog::create(fs.backups_fd, t.id(), fs.reflink);
     if (StepMirror *m = fs.txns->mirror())
@@ -41,7 +41,7 @@ UndoLog &log_of(Fs &fs, Txn &t) {
 // Runs `fn` (which records undo steps) and turns failures into an errno, dooming the
 // transaction: with a step missing, the only safe way out is abort.
 template <typename F>
-int recording(Fs &fs, Txn &t, const char *what, F &&fn) {
+int recording(Fs &fs, Txn &t, const char *what, F &&fn) REQUIRES(t.mu) {
   try {
     int err = fn();
     // --undo-sync: make each step durable on its own (correct but slow; the default
@@ -58,7 +58,7 @@ int recording(Fs &fs, Txn &t, const char *what, F &&fn) {
 
 // Attrs step for the object (`fd`, identity `id`) unless it has one or was made by
 // this transaction. Caller holds t.mu.
-void save_attrs_locked(Fs &fs, Txn &t, int fd, const BackingId &id) {
+void save_attrs_locked(Fs &fs, Txn &t, int fd, const BackingId &id) REQUIRES(t.mu) {
   TouchedObject &o = t.objects[fs.nodeid_of(id.ino)];
   if (o.created || o.attrs_saved) return;
   struct stat st;
@@ -91,7 +91,7 @@ void save_attrs_locked(Fs &fs, Txn &t, int fd, const BackingId &id) {
   }
 }
 
-void save_attrs_locked(Fs &fs, Txn &t, const Inode &obj) {
+void save_attrs_locked(Fs &fs, Txn &t, const Inode &obj) REQUIRES(t.mu) {
   save_attrs_locked(fs, t, obj.fd, id_of(obj));
 }
 
@@ -163,8 +163,9 @@ int inherit_default_acl(int parent_fd, int dirfd, const std::string &name, bool 
 }  // namespace
 
 int save_attrs(Fs &fs, Txn &t, const Inode &obj) {
-  std::lock_guard g(t.mu);
+  MutexLock g(t.mu);
   return recording(fs, t, "attributes", [&] {
+    t.mu.assert_held();  // recording() runs it under t.mu
     save_attrs_locked(fs, t, obj);
     return 0;
   });
@@ -172,8 +173,9 @@ int save_attrs(Fs &fs, Txn &t, const Inode &obj) {
 
 int save_range(Fs &fs, Txn &t, const Inode &obj, uint64_t off, uint64_t len) {
   obj.txn_written = true;
-  std::lock_guard g(t.mu);
+  MutexLock g(t.mu);
   return recording(fs, t, "data", [&] {
+    t.mu.assert_held();  // recording() runs it under t.mu
     save_attrs_locked(fs, t, obj);
     TouchedObject &o = t.objects[obj.nodeid];
     if (o.created || len == 0) return 0;
@@ -208,8 +210,9 @@ int save_truncate(Fs &fs, Txn &t, const Inode &obj, uint64_t size) {
 }
 
 int save_xattrs(Fs &fs, Txn &t, const Inode &obj) {
-  std::lock_guard g(t.mu);
+  MutexLock g(t.mu);
   return recording(fs, t, "xattrs", [&] {
+    t.mu.assert_held();  // recording() runs it under t.mu
     save_attrs_locked(fs, t, obj);
     TouchedObject &o = t.objects[obj.nodeid];
     if (o.created || o.xattrs_saved) return 0;
@@ -225,8 +228,9 @@ int save_xattrs(Fs &fs, Txn &t, const Inode &obj) {
 
 int txn_make(Fs &fs, Txn &t, const Inode &parent, const char *name, mode_t mode,
              const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid) {
-  std::lock_guard g(t.mu);
+  MutexLock g(t.mu);
   return recording(fs, t, "creation", [&]() -> int {
+    t.mu.assert_held();  // recording() runs it under t.mu
     save_attrs_locked(fs, t, parent);
     note_before(fs, t, parent, name);
     UndoLog &log = log_of(fs, t);
@@ -281,8 +285,9 @@ int txn_make(Fs &fs, Txn &t, const Inode &parent, const char *name, mode_t mode,
 }
 
 int txn_remove(Fs &fs, Txn &t, const Inode &parent, const char *name, bool is_dir) {
-  std::lock_guard g(t.mu);
+  MutexLock g(t.mu);
   return recording(fs, t, "removal", [&]() -> int {
+    t.mu.assert_held();  // recording() runs it under t.mu
     struct stat st;
     if (::fstatat(parent.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
     if (is_dir && !S_ISDIR(st.st_mode)) return ENOTDIR;
@@ -314,8 +319,9 @@ int txn_remove(Fs &fs, Txn &t, const Inode &parent, const char *name, bool is_di
 
 int txn_rename(Fs &fs, Txn &t, const Inode &parent, const char *name, const Inode &newparent,
                const char *newname, unsigned flags) {
-  std::lock_guard g(t.mu);
+  MutexLock g(t.mu);
   return recording(fs, t, "rename", [&]() -> int {
+    t.mu.assert_held();  // recording() runs it under t.mu
     struct stat sst, dst;
     if (::fstatat(parent.fd, name, &sst, AT_SYMLINK_NOFOLLOW) != 0) return errno;
     bool target = ::fstatat(newparent.fd, newname, &dst, AT_SYMLINK_NOFOLLOW) == 0;
@@ -380,8 +386,9 @@ int txn_rename(Fs &fs, Txn &t, const Inode &parent, const char *name, const Inod
 }
 
 int txn_link(Fs &fs, Txn &t, const Inode &obj, const Inode &newparent, const char *newname) {
-  std::lock_guard g(t.mu);
+  MutexLock g(t.mu);
   return recording(fs, t, "link", [&]() -> int {
+    t.mu.assert_held();  // recording() runs it under t.mu
     save_attrs_locked(fs, t, newparent);
     note_before(fs, t, newparent, newname);
     UndoStep s;

@@ -12,13 +12,20 @@ image, store and mount, so tests are independent and can run in any order.
 A watchdog kills the txnfs daemons of a test that runs longer than
 $TXNFS_TEST_TIMEOUT seconds (default 180), so a hung FUSE request fails the test
 instead of hanging the suite.
+
+Every daemon the tests start gets TXNFS_STALL_DUMP (a directory of this session) and
+TXNFS_LOCK_ORDER_ABORT=1: a FUSE request unanswered for 30 s makes the daemon save every
+thread's stack there, and a lock-order violation aborts it after writing its report
+there. Any test after which that directory holds a file fails, printing the file.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +45,38 @@ def _preconditions():
     assert os.path.isfile(b) and os.access(b, os.X_OK), (
         f"txnfs binary not found at {b}: build it (ninja -C build) or set TXNFS_BIN")
     assert os.path.exists("/dev/fuse"), "/dev/fuse is missing"
+
+
+# Set before any daemon starts; every `txnfs mount` passes its environment on.
+STALL_DUMP_DIR = Path(tempfile.mkdtemp(prefix="txnfs-stall-dumps-"))
+os.chmod(STALL_DUMP_DIR, 0o755)
+os.environ["TXNFS_STALL_DUMP"] = str(STALL_DUMP_DIR)
+os.environ["TXNFS_LOCK_ORDER_ABORT"] = "1"
+
+
+@pytest.fixture(autouse=True)
+def _no_stalls():
+    """Fails the test if a daemon reported a stalled request or a lock-order violation
+    while it ran (set up first, so torn down last: after the mounts are gone)."""
+    yield
+    dumps = sorted(STALL_DUMP_DIR.iterdir())
+    if not dumps:
+        return
+    text = []
+    for d in dumps:
+        text.append(f"===== {d.name} =====\n{d.read_text(errors='replace')}")
+        d.unlink()  # reported once, not blamed on the next test
+    pytest.fail("the txnfs daemon stalled or broke the lock order during this test:\n"
+                + "\n".join(text), pytrace=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    try:
+        for d in STALL_DUMP_DIR.iterdir():
+            d.unlink()
+        STALL_DUMP_DIR.rmdir()
+    except OSError:
+        pass
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,0 +1,68 @@
+// The lock hierarchy of the txnfs daemon: every internal mutex, in the only order in
+// which one thread may hold several of them. A thread that holds a mutex may acquire
+// only mutexes further down this list (a strictly greater rank). Mutexes marked
+// "leaf" are never held while acquiring another one.
+//
+//   rank  mutex                        guards
+//   ----  ---------------------------  ------------------------------------------------
+//    10   TxnManager::mu_              the maps binding threads/processes to transactions
+//                                      (begin() deletes a refused record under it: -> MetaDb)
+//    20   Txn::mu                      one transaction's log, touched objects and entries,
+//                                      removed names, handle-row names, in-flight count.
+//                                      Held while recording undo, which reaches MetaDb,
+//                                      PendingEntries, StepMirror (via the log's observer)
+//                                      and Invalidator (finish)
+//    30   MetaDb::mu_ (recursive)      the SQLite connection; transaction(fn) holds it
+//                                      while fn runs, so fn may take only leaves below
+//   -- leaves --
+//    40   TxnManager::gc_mu_           the group-commit queue
+//    41   TxnManager::clean_mu_        the cleaner's queue of committed logs
+//    50   LockManager::mu_             the lock table (and every LockOwner's held/waiting)
+//    60   InodeTable::mu_              nodeid -> Inode (and Inode::nlookup)
+//    70   PendingEntries::mu_          committed state of entries/objects open txns changed
+//    80   StepMirror::mu_              undo steps queued for the undo_records table
+//    90   Invalidator::mu_             kernel-cache invalidations queued for its thread
+//   100   StallWatchdog::mu_           the watchdog's registry of request threads
+//
+// So, for instance, MetaDb::transaction(fn) must never take Txn::mu inside fn: a thread
+// in txn_remove holds Txn::mu and calls MetaDb (20 -> 30), and the reverse order
+// deadlocked op_rename against it. Read what you need under Txn::mu first.
+//
+// Waits that are not mutexes have rules of their own:
+//   - a lock of the LockManager (an object or entry lock a request waits up to the lock
+//     timeout for) is awaited with no mutex held (LockManager::acquire checks this);
+//   - Txn::idle, the group commit and Invalidator::flush() are awaited with no mutex held
+//     other than the one the condition variable releases;
+//   - kernel notifications (fuse_lowlevel_notify_*) are sent only by the Invalidator's
+//     thread, holding nothing: the kernel may hold a directory lock that a request
+//     waiting for us holds;
+//   - other libraries' mutexes (libfuse, spdlog, SQLite) are leaves below all of ours.
+//
+// Enforcement: clang's thread-safety analysis checks GUARDED_BY/REQUIRES/EXCLUDES at
+// compile time (scripts/test builds build-tsa with -Wthread-safety -Werror); the
+// orderings between mutexes of different objects it cannot see, so builds with
+// -Dlock_order_check (on for debug builds) also check every acquisition at run time
+// against these ranks (src/sync/mutex.h). docs/isolation.md, "Internal locks".
+#pragma once
+#include <cstdint>
+
+namespace txnfs {
+
+enum class LockRank : uint8_t {
+  kTxnManager = 10,
+  kTxn = 20,
+  kMetaDb = 30,
+  kGroupCommit = 40,
+  kCleaner = 41,
+  kLockManager = 50,
+  kInodeTable = 60,
+  kPending = 70,
+  kStepMirror = 80,
+  kInvalidator = 90,
+  kStallWatchdog = 100,
+};
+
+// "Txn::mu" etc.
+const char *lock_rank_name(LockRank r);
+
+}  // namespace txnfs
