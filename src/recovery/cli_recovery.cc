@@ -139,7 +139,9 @@ int fsck_command(const std::string &store, bool repair, bool accept) {
   FsckReport rep = fsck_store(paths);
   for (auto &p : rep.problems) fmt::print("{}\n", p);
   fmt::print("{}: {} handle rows, {} objects in the tree, {}\n", store, rep.rows, rep.objects,
-             rep.clean() ? "clean" : fmt::format("{} problems", rep.problems.size()));
+             rep.clean() ? "clean"
+                         : fmt::format("{} problem{}", rep.problems.size(),
+                                       rep.problems.size() == 1 ? "" : "s"));
   return rep.clean() ? 0 : 1;
 }
 

@@ -346,8 +346,8 @@ FsckReport fsck_store(const StorePaths &paths) {
         rep.problems.push_back(fmt::format(
             "{} ({}, inode {}) has no handle row{}", obj.path, kind_of(obj), ino,
             log_entry_name(obj.name)
-                ? ": its name is one an undo log gives its entries -- left in the tree by a "
-                  "rollback, it belongs in no tree"
+                ? ", and its name is one an undo log gives its entries (<seq> or <seq>.d): "
+                  "left in the tree by a rollback?"
                 : ""));
     // With no undo log left, every name of an object is in the tree: a link count
     // higher than the names found means a link elsewhere -- left in .txnfs by a rollback

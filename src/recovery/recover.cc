@@ -142,7 +142,16 @@ std::string describe_damage(const StorePaths &paths, const DamageRow &d) {
   std::string s = d.txid ? fmt::format("transaction {}", *d.txid) : std::string("store");
   s += fmt::format(" ({}, {}): {}", d.source == "abort" ? "abort in the daemon" : d.source,
                    d.found, d.problem);
-  if (!d.kept.empty()) s += fmt::format("; its undo log is kept in {}/{}", paths.root, d.kept);
+  if (d.kept.empty()) return s;
+  s += fmt::format("; its undo log is kept in {}/{}", paths.root, d.kept);
+  // "step <seq> (...)": what that step had saved or stashed, if it is still there.
+  std::string_view p = d.problem;
+  if (p.starts_with("step ") && p.size() >= 21) {
+    std::string obj = fmt::format("{}/{}/{}.d", paths.root, d.kept, p.substr(5, 16));
+    struct stat st;
+    if (::lstat(obj.c_str(), &st) == 0)
+      s += fmt::format(" (what that step saved: {})", obj);
+  }
   return s;
 }
 
