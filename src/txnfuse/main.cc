@@ -90,7 +90,8 @@ int main(int argc, char **argv) {
                  "not restore, listed by fsck) after you have checked the files it names; "
                  "deletes the undo logs kept for them in STORE/.txnfs/damaged")
       ->needs("--repair");
-  fsck->footer("Exit status: 0 clean, 1 problems found (each printed), 2 error.");
+  fsck->footer("Exit status: 0 clean, 1 problems found (each printed; a store marked damaged "
+               "stays so until --repair --accept-damage), 2 error.");
 
   bool force = false;
   auto *recover = app.add_subcommand(
@@ -101,7 +102,8 @@ int main(int argc, char **argv) {
                     "cannot be applied (they are listed)");
   bool verbose = false;
   recover->add_flag("-v,--verbose", verbose, "list every handle-table correction");
-  recover->footer("Exit status: 0 recovered or nothing to do, 1 error or steps not restored.");
+  recover->footer("Exit status: 0 recovered or nothing to do, 1 error, steps not restored, or "
+                  "the store is marked damaged (each problem listed; see txnfs fsck).");
 
   auto *crash_points = app.add_subcommand("crash-points", "List the crash-injection points");
   crash_points->group("");  // hidden: for test harnesses (TXNFS_CRASH_AT=NAME:COUNT)
