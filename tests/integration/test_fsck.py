@@ -340,3 +340,18 @@ def test_whiteout_left_by_a_rename_has_a_row(mnt):
     p = mnt.store.fsck()
     mnt.expect_dirty = p.returncode != 0
     assert p.returncode == 0, tl.output_of(p)
+
+
+def test_kept_log_without_a_damage_record_is_reported(store):
+    kept = store.internal / "damaged" / "77"
+    kept.mkdir(parents=True)
+    (kept / "0000000000000001.d").write_bytes(b"what a rollback could not put back")
+    p = store.fsck()
+    assert p.returncode == 1, tl.output_of(p)
+    assert re.search(rf"^{re.escape(str(kept))} is an undo log kept by an incomplete rollback, "
+                     r"but no open damage record names it", p.stdout, re.M), p.stdout
+    # never deleted by a repair: only the administrator knows whether it is still needed
+    assert tl.txnfs("fsck", store.path, "--repair").returncode == 1
+    assert (kept / "0000000000000001.d").exists()
+    shutil.rmtree(store.internal / "damaged")
+    assert store.fsck().returncode == 0
