@@ -39,7 +39,7 @@ struct UndoContext {
   // away (keep_damaged_log()), and must make the store's damage mark durable first:
   // once the log is gone, nothing else remembers what was not restored. If it throws,
   // the log stays and the exception propagates.
-  std::function<void(uint64_t txid, const UndoResult &result)> on_problems;
+  std::function<void(uint64_t txid, const UndoResult &result)> on_problems = {};
 };
 
 // Rolls back transaction `txid` and removes its log directory. A missing directory
