@@ -6,13 +6,15 @@
 -- (mount, fsck, recover) finds it: in one SQLite transaction its views are dropped and
 -- this whole file runs again. So every statement here must be idempotent (IF NOT
 -- EXISTS) and every change additive: new tables, indexes and views, never a changed
--- table. Version 3 added undo_records and the undo_steps view.
+-- table. Version 3 added undo_records and the undo_steps view; version 4 the damage
+-- table (an older txnfs refuses a version-4 database, so it cannot mount a store that
+-- is marked damaged without seeing the mark).
 --
 -- Invariant: every object (file, directory, symlink, device, fifo, socket) of the
 -- visible tree has exactly one row in `handles`, and every row names an object that
 -- exists. `txnfs fsck` checks both directions.
 
-PRAGMA user_version = 3;
+PRAGMA user_version = 4;
 
 -- Store-wide facts: schema_version, store_uuid, created, backups ('reflink'|'copy').
 CREATE TABLE IF NOT EXISTS meta (
@@ -121,3 +123,27 @@ CREATE VIEW IF NOT EXISTS undo_steps AS
   JOIN txns t ON t.id = u.txid
   LEFT JOIN handles h ON h.ino = u.ino AND h.generation = u.generation
   ORDER BY u.txid, u.seq DESC;
+
+-- Damage: what a rollback could not restore. When the undo of a transaction -- by
+-- recovery (at mount or `txnfs recover`) or by an abort in the daemon -- reports steps
+-- it could not apply, one row per problem is written and the database synced before
+-- the transaction's undo log is moved out of the way (to STORE/.txnfs/damaged/<txid>,
+-- never deleted). While a row has no `accepted` time the store is marked damaged:
+-- `txnfs fsck` lists each row and exits 1, `txnfs mount` refuses (unless --force), and
+-- only `txnfs fsck --repair --accept-damage` sets `accepted` (rows are kept as history).
+-- A table, not a marker file: it is written and synced in the same database as the
+-- transaction records, and the schema version keeps an older txnfs, which would not
+-- know the mark, from mounting the store.
+--   source      'recovery' (txnfs recover, fsck --repair, mount) or 'abort' (daemon)
+--   txid        the transaction whose undo failed
+--   problem     the step and why it could not be undone (one line)
+--   kept        where the undo log was kept (relative to the store), or NULL
+CREATE TABLE IF NOT EXISTS damage (
+  id       INTEGER PRIMARY KEY AUTOINCREMENT,
+  found    TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  source   TEXT    NOT NULL,
+  txid     INTEGER,
+  problem  TEXT    NOT NULL,
+  kept     TEXT,
+  accepted TEXT
+);

@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdio>
+#include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -55,12 +58,52 @@ int recover_command(const std::string &store, bool force, bool verbose) {
                "txnfs: error: {} undo steps could not be applied: the files they name may "
                "hold changes of rolled-back transactions (listed above)\n",
                rep.problems.size());
-    return 1;
   }
-  return 0;
+  // This run's problems and those of earlier rollbacks alike: the store is damaged
+  // until someone accepts it, and recover says so every time, as fsck and mount do.
+  auto damage = db->open_damage();
+  for (auto &d : damage) fmt::print("DAMAGED: {}\n", describe_damage(paths, d));
+  if (!damage.empty()) {
+    fmt::print(stderr, "txnfs: error: store {} is marked damaged ({} problem{}, listed above)\n",
+               store, damage.size(), damage.size() == 1 ? "" : "s");
+    fmt::print(stderr, "  hint: {}\n", damage_hint());
+  }
+  return rep.problems.empty() && damage.empty() ? 0 : 1;
 }
 
-int fsck_command(const std::string &store, bool repair) {
+namespace {
+
+// --accept-damage: clears the mark of the rows that existed before this run's recovery
+// (what the administrator has seen), deletes the undo logs kept for them.
+void accept_damage(const StorePaths &paths, MetaDb &db, const std::vector<DamageRow> &seen) {
+  if (seen.empty()) {
+    fmt::print("accept-damage: the store is not marked damaged; nothing to accept\n");
+    return;
+  }
+  std::set<std::string> kept;
+  for (auto &d : seen) {
+    fmt::print("accepted: {}\n", describe_damage(paths, d));
+    if (!d.kept.empty()) kept.insert(d.kept);
+  }
+  db.accept_damage(seen.back().id);
+  undo_io::Fd root(::open(paths.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root) throw_errno("open " + paths.root, root.err());
+  for (auto &k : kept) {
+    std::string_view name = std::string_view(k).substr(std::min(k.size(), size_t(15)));
+    if (!k.starts_with(".txnfs/damaged/") || name.empty() || name.find('/') != name.npos ||
+        name == "." || name == "..") {
+      fmt::print("accepted: left {} alone (not a kept undo log)\n", k);
+      continue;
+    }
+    undo_io::remove_tree(root.fd(), k);
+    fmt::print("accepted: deleted the kept undo log {}/{}\n", paths.root, k);
+  }
+  if (::syncfs(root.fd()) != 0) throw_errno("syncfs", errno);
+}
+
+}  // namespace
+
+int fsck_command(const std::string &store, bool repair, bool accept) {
   StorePaths paths = StorePaths::of(store);
   if (repair) {
     struct stat st;
@@ -75,6 +118,7 @@ int fsck_command(const std::string &store, bool repair) {
     check_store_layout(paths);
     StoreLock lock(paths);  // refuses a mounted store
     auto db = MetaDb::open(paths.db);
+    std::vector<DamageRow> seen = db->open_damage();  // before recovery adds any
     RecoveryReport rep = recover_store(paths, *db, printing_options(false));
     if (rep.anything()) fmt::print("repaired: recovery {}\n", recovery_summary(rep));
     for (auto &f : rep.handle_fixes) fmt::print("repaired: handle table: {}\n", f);
@@ -86,11 +130,18 @@ int fsck_command(const std::string &store, bool repair) {
         fmt::print("repaired: handle table: {}\n", f);
       db->sync();
     }
+    if (accept) accept_damage(paths, *db, seen);
+    else if (!db->open_damage().empty())
+      fmt::print("the store stays marked damaged (listed below): a repair cannot know what "
+                 "the files should hold. Check them, then run txnfs fsck --repair "
+                 "--accept-damage {}\n", store);
   }
   FsckReport rep = fsck_store(paths);
   for (auto &p : rep.problems) fmt::print("{}\n", p);
   fmt::print("{}: {} handle rows, {} objects in the tree, {}\n", store, rep.rows, rep.objects,
-             rep.clean() ? "clean" : fmt::format("{} problems", rep.problems.size()));
+             rep.clean() ? "clean"
+                         : fmt::format("{} problem{}", rep.problems.size(),
+                                       rep.problems.size() == 1 ? "" : "s"));
   return rep.clean() ? 0 : 1;
 }
 

@@ -2,7 +2,9 @@
 //
 //   txnfs recover STORE [--force] [--verbose]
 //                                   roll back / finish what a crash left; print a summary
-//   txnfs fsck STORE [--repair]     check (and repair) database, tree and recovery state
+//   txnfs fsck STORE [--repair [--accept-damage]]
+//                                   check (and repair) database, tree, recovery state and
+//                                   the damage mark
 //   txnfs crash-points              (hidden) the crash-injection points, one per line
 //
 // Each returns the process exit status; Error propagates to main (exit 1, fsck 2).
@@ -15,7 +17,8 @@ namespace txnfs::cli {
 int recover_command(const std::string &store, bool force, bool verbose = false);
 
 // 0 clean (after repair, with --repair), 1 problems remain (each printed).
-int fsck_command(const std::string &store, bool repair);
+// accept_damage (with repair): clears the damage mark that existed before this run.
+int fsck_command(const std::string &store, bool repair, bool accept_damage = false);
 
 // "NAME<TAB>WHERE<TAB>WHAT IT TESTS" per point; 0.
 int crash_points_command();

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -19,7 +21,9 @@
 #include "backing.h"
 #include "error.h"
 #include "metadb.h"
+#include "recover.h"
 #include "undo_exec.h"
+#include "undo_io.h"
 
 namespace txnfs {
 
@@ -30,6 +34,9 @@ struct Object {
   mode_t mode;
   uint64_t parent_ino;  // directory of the first name found (0 for the root)
   std::string name;     // that name
+  dev_t rdev = 0;
+  nlink_t nlink = 0;
+  uint32_t names = 0;   // names found in the tree
 };
 
 using Objects = std::unordered_map<uint64_t, Object>;
@@ -57,8 +64,14 @@ void walk(int dirfd, const std::string &path, uint64_t dir_ino, Objects &out,
     if (n == "." || n == "..") continue;
     std::string child = (path == "/" ? "/" : path + "/") + std::string(n);
     struct stat st;
-    if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    out.try_emplace(st.st_ino, Object{child, st.st_mode, dir_ino, std::string(n)});
+    if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      problems.push_back(fmt::format("cannot stat {}: {}", child, std::strerror(errno)));
+      continue;
+    }
+    auto it = out.try_emplace(st.st_ino, Object{child, st.st_mode, dir_ino, std::string(n)}).first;
+    it->second.rdev = st.st_rdev;
+    it->second.nlink = st.st_nlink;
+    it->second.names++;
     if (S_ISDIR(st.st_mode)) {
       int sub = ::openat(::dirfd(d), e->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub >= 0) {
@@ -68,6 +81,31 @@ void walk(int dirfd, const std::string &path, uint64_t dir_ino, Objects &out,
     }
   }
   ::closedir(d);
+}
+
+// What an object is, for messages. A whiteout (RENAME_WHITEOUT) is a 0:0 char device.
+std::string kind_of(const Object &o) {
+  switch (o.mode & S_IFMT) {
+    case S_IFREG: return "file";
+    case S_IFDIR: return "directory";
+    case S_IFLNK: return "symlink";
+    case S_IFCHR: return o.rdev == 0 ? "whiteout" : "char device";
+    case S_IFBLK: return "block device";
+    case S_IFIFO: return "fifo";
+    case S_IFSOCK: return "socket";
+  }
+  return "object";
+}
+
+// A name the undo-log machinery gives entries of a log: a record ("<16 hex>") or a
+// data, stashed or newborn object ("<16 hex>.d"). Such names belong in
+// STORE/.txnfs/backups/<txid>/; in the tree, without a handle row, they are what a
+// rollback left behind.
+bool log_entry_name(std::string_view n) {
+  if (n.size() == 18 && n.substr(16) == ".d") n = n.substr(0, 16);
+  return n.size() == 16 && std::all_of(n.begin(), n.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
 }
 
 std::string describe(const HandleRow &r) {
@@ -134,15 +172,23 @@ struct Checker {
       auto pobj = pino == ino_of_nodeid.end() ? objects.end() : objects.find(pino->second);
       struct stat nst;
       bool ok = false;
-      if (pobj != objects.end()) {
+      std::string there;
+      if (pobj == objects.end()) {
+        there = fmt::format("its directory nodeid {} is not in the tree", *r.parent);
+      } else {
         std::string p = pobj->second.path == "/" ? "" : pobj->second.path;
-        ok = ::fstatat(tree_fd, (("." + p) + "/" + r.name).c_str(), &nst,
-                       AT_SYMLINK_NOFOLLOW) == 0 &&
-             nst.st_ino == id.ino;
+        std::string at = p + "/" + r.name;
+        if (::fstatat(tree_fd, ("." + at).c_str(), &nst, AT_SYMLINK_NOFOLLOW) != 0)
+          there = fmt::format("{} does not exist", at);
+        else if (nst.st_ino != id.ino)
+          there = fmt::format("{} is another object (inode {})", at, nst.st_ino);
+        else
+          ok = true;
       }
       if (!ok) {
-        v.problems.push_back(fmt::format("{}: that name does not lead to it (it is at {})",
-                                         describe(r), obj->second.path));
+        v.problems.push_back(fmt::format("{}: its name does not lead to it: {}; the object is "
+                                         "at {}",
+                                         describe(r), there, obj->second.path));
         if (v.fix == Fix::None) v.fix = Fix::Rename;
       }
     }
@@ -179,6 +225,28 @@ HandleRow row_for(const Checker &c, uint64_t ino, const Object &obj) {
 bool decimal_name(std::string_view n, uint64_t &v) {
   auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), v, 10);
   return ec == std::errc() && p == n.data() + n.size() && std::to_string(v) == n;
+}
+
+// The damage mark: every open row of the damage table, and every undo log kept in
+// .txnfs/damaged that no open row names.
+void check_damage(const StorePaths &paths, MetaDb &db, FsckReport &rep) {
+  std::set<std::string> kept;
+  for (const DamageRow &d : db.open_damage()) {
+    rep.problems.push_back("store marked damaged: " + describe_damage(paths, d));
+    if (!d.kept.empty()) kept.insert(d.kept);
+  }
+  std::string dir = damaged_dir(paths);
+  undo_io::Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) {
+    if (fd.err() == ENOENT) return;
+    throw_errno("open " + dir, fd.err());
+  }
+  for (const auto &e : undo_io::list_dir(fd.fd()))
+    if (!kept.count(".txnfs/damaged/" + e.name))
+      rep.problems.push_back(fmt::format(
+          "{}/{} is an undo log kept by an incomplete rollback, but no open damage record "
+          "names it: look at what it holds, then delete it",
+          dir, e.name));
 }
 
 // Problems of the recovery state: logs, transaction records, strays in backups/.
@@ -238,6 +306,7 @@ void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) 
       rep.problems.push_back(fmt::format("undo log {}/{} is damaged: {}", paths.backups, n, p));
   }
   ::close(backups_fd);
+  check_damage(paths, db, rep);
   for (auto &[id, state] : txns)
     if (!logs.count(id))
       rep.problems.push_back(fmt::format(
@@ -274,7 +343,28 @@ FsckReport fsck_store(const StorePaths &paths) {
     }
     for (const auto &[ino, obj] : c.objects)
       if (!rows.count(c.nodeid_of(ino)))
-        rep.problems.push_back(fmt::format("{} (inode {}) has no handle row", obj.path, ino));
+        rep.problems.push_back(fmt::format(
+            "{} ({}, inode {}) has no handle row{}", obj.path, kind_of(obj), ino,
+            log_entry_name(obj.name)
+                ? ", and its name is one an undo log gives its entries (<seq> or <seq>.d): "
+                  "left in the tree by a rollback?"
+                : ""));
+    // With no undo log left, every name of an object is in the tree: a link count
+    // higher than the names found means a link elsewhere -- left in .txnfs by a rollback
+    // (a kept log) or made behind txnfs's back. (Logs hold links of stashed objects.)
+    bool logs;
+    {
+      undo_io::Fd b(::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!b) throw_errno("open " + paths.backups, b.err());
+      logs = !logged_transactions(b.fd()).empty();
+    }
+    for (const auto &[ino, obj] : c.objects)
+      if (!logs && !S_ISDIR(obj.mode) && obj.nlink > obj.names)
+        rep.problems.push_back(fmt::format(
+            "{} ({}, inode {}) has {} links but {} name{} in the tree: the other{} outside "
+            "the tree (in STORE/.txnfs, or made behind txnfs's back)",
+            obj.path, kind_of(obj), ino, obj.nlink, obj.names, obj.names == 1 ? "" : "s",
+            obj.nlink - obj.names == 1 ? " is" : "s are"));
     check_recovery_state(paths, *db, rep);
   } catch (...) {
     ::close(tree_fd);

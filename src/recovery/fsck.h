@@ -5,9 +5,14 @@
 // name (if any) names that object; every object of the tree has a row; and the
 // recovery state is settled: no undo log is left in the backup area (a log means a
 // transaction that recovery has yet to roll back or discard), no transaction record
-// outlives its transaction, and the backup area holds nothing else.
+// outlives its transaction, and the backup area holds nothing else. And, without any
+// history: the store is not marked damaged (an open row of the damage table: a rollback
+// could not restore everything; .txnfs/damaged holds only logs such rows name); no
+// object in the tree has a name of an undo log's entry without a row; with no undo log
+// left, no object (not a directory) has links outside the tree. One walk of the tree.
 //
-// Repair (txnfs fsck --repair) first runs recovery, then reconcile_handles().
+// Repair (txnfs fsck --repair) first runs recovery, then reconcile_handles(); it never
+// clears the damage mark by itself (--accept-damage does, cli_recovery.cc).
 #pragma once
 #include <string>
 #include <vector>

@@ -78,7 +78,8 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
                     TXNFS_CRASH_POINT("recover.mid_undo");
                     done++;
                     tick(false);
-                  }};
+                  },
+                  damage_keeper(paths, db, "recovery")};
   for (index = 0; index < logs.size(); index++) {
     txid = logs[index];
     TXNFS_CRASH_POINT("recover.before_txn");
@@ -114,6 +115,52 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
   }
   rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return rep;
+}
+
+std::string damaged_dir(const StorePaths &paths) { return paths.internal + "/damaged"; }
+
+std::function<void(uint64_t, const UndoResult &)> damage_keeper(const StorePaths &paths,
+                                                                 MetaDb &db,
+                                                                 std::string source) {
+  return [&paths, &db, source](uint64_t txid, const UndoResult &r) {
+    std::string dir = damaged_dir(paths);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw_errno("mkdir " + dir, errno);
+    std::string name = std::to_string(txid);
+    struct stat st;
+    for (int k = 2; ::lstat((dir + "/" + name).c_str(), &st) == 0; k++)
+      name = fmt::format("{}-{}", txid, k);
+    if (errno != ENOENT) throw_errno("stat " + dir + "/" + name, errno);
+    std::string kept = ".txnfs/damaged/" + name;
+    // Durable before the log moves: the log is the only other record of the damage.
+    db.add_damage(source, txid, r.problems, kept);
+    std::string from = paths.backups + "/" + std::to_string(txid), to = dir + "/" + name;
+    if (::rename(from.c_str(), to.c_str()) != 0) throw_errno("keep " + from + " as " + to, errno);
+  };
+}
+
+std::string describe_damage(const StorePaths &paths, const DamageRow &d) {
+  std::string s = d.txid ? fmt::format("transaction {}", *d.txid) : std::string("store");
+  s += fmt::format(" ({}, {}): {}", d.source == "abort" ? "abort in the daemon" : d.source,
+                   d.found, d.problem);
+  if (d.kept.empty()) return s;
+  s += fmt::format("; its undo log is kept in {}/{}", paths.root, d.kept);
+  // "step <seq> (...)": what that step had saved or stashed, if it is still there.
+  std::string_view p = d.problem;
+  if (p.starts_with("step ") && p.size() >= 21) {
+    std::string obj = fmt::format("{}/{}/{}.d", paths.root, d.kept, p.substr(5, 16));
+    struct stat st;
+    if (::lstat(obj.c_str(), &st) == 0)
+      s += fmt::format(" (what that step saved: {})", obj);
+  }
+  return s;
+}
+
+std::string damage_hint() {
+  return "a rollback could not restore everything: the files these steps name may hold "
+         "changes of a transaction that was rolled back, or miss what it removed (look in "
+         "the kept undo log). Check and fix them; then `txnfs fsck --repair --accept-damage "
+         "STORE` clears the mark (and deletes the kept logs). `txnfs mount --force` serves "
+         "the store as it is meanwhile";
 }
 
 std::string recovery_summary(const RecoveryReport &r) {

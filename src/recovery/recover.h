@@ -14,6 +14,7 @@
 
 #include "metadb.h"
 #include "store.h"
+#include "undo_exec.h"
 
 namespace txnfs {
 
@@ -39,6 +40,30 @@ struct RecoveryReport {
 // Caller holds the store lock. Throws Error if the store cannot be recovered (then
 // nothing was changed when the reason is a damaged log and !opts.force).
 RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const RecoveryOptions &opts = {});
+
+// The store's damage mark (the damage table, schema.sql): set when a rollback could not
+// restore everything, by recovery and by an abort in the daemon alike.
+//
+// damage_keeper() is the UndoContext::on_problems hook that sets it: it writes one row
+// per problem and syncs the database, then moves the log directory out of backups/ to
+// STORE/.txnfs/damaged/<txid> (a new name if that exists), so that whatever a failed
+// step had stashed there -- a removed object that could not be put back -- is kept for
+// the administrator instead of being deleted with the log. `source` is "recovery" or
+// "abort". The mark is durable before the log leaves backups/: a crash in between
+// leaves the log, and the next recovery runs it (and records its problems) again.
+std::function<void(uint64_t, const UndoResult &)> damage_keeper(const StorePaths &paths,
+                                                                 MetaDb &db,
+                                                                 std::string source);
+
+// STORE/.txnfs/damaged: where damage_keeper() keeps the logs of incomplete rollbacks.
+std::string damaged_dir(const StorePaths &paths);
+
+// One line for a damage row: "transaction 5 (recovery, 2026-...): step ... (Data): ...;
+// its undo log is kept in STORE/.txnfs/damaged/5".
+std::string describe_damage(const StorePaths &paths, const DamageRow &d);
+
+// What to do about a store marked damaged (the hint of mount's and recover's errors).
+std::string damage_hint();
 
 // "rolled back 2 transactions (15 operations undone, 8192 bytes restored), finished 1
 // committed one, ... in 0.012 s" -- or "nothing to recover".

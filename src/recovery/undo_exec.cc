@@ -462,6 +462,7 @@ UndoResult undo_transaction(const UndoContext &ctx, uint64_t txid) {
   }
   // The restored state must be durable before the log that could restore it goes.
   if (::syncfs(ctx.mount_fd) != 0) throw_errno("syncfs", errno);
+  if (!r.problems.empty() && ctx.on_problems) ctx.on_problems(txid, r);
   remove_log(ctx.backups_fd, name);
   return r;
 }

@@ -34,6 +34,12 @@ struct UndoContext {
   int backups_fd;  // fd of STORE/.txnfs/backups
   // Called before each step is undone (crash-injection point hook; may be empty).
   std::function<void(const UndoStep &)> before_step;
+  // Called after the undo (and its syncfs), before the log directory is removed, when
+  // some step could not be undone (result.problems is not empty). It may move the log
+  // away (keep_damaged_log()), and must make the store's damage mark durable first:
+  // once the log is gone, nothing else remembers what was not restored. If it throws,
+  // the log stays and the exception propagates.
+  std::function<void(uint64_t txid, const UndoResult &result)> on_problems = {};
 };
 
 // Rolls back transaction `txid` and removes its log directory. A missing directory

@@ -70,7 +70,8 @@ MetaDb::MetaDb(sqlite3 *db, std::string path) : db_(db), path_(std::move(path)) 
 MetaDb::~MetaDb() {
   for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
                  clear_name_, all_handles_, count_handles_, insert_txn_, set_txn_, del_txn_,
-                 committed_, all_txns_, del_undo_, insert_undo_, orphan_undo_})
+                 committed_, all_txns_, del_undo_, insert_undo_, orphan_undo_, add_damage_,
+                 open_damage_, accept_damage_})
     sqlite3_finalize(s);
   sqlite3_close(db_);
 }
@@ -150,6 +151,16 @@ void MetaDb::prepare_all() {
   orphan_undo_ = prep(
       "SELECT DISTINCT txid FROM undo_records WHERE txid NOT IN (SELECT id FROM txns) "
       "ORDER BY txid");
+  add_damage_ = prep(
+      "INSERT INTO damage(source, txid, problem, kept) SELECT ?1, ?2, ?3, ?4 "
+      "WHERE NOT EXISTS (SELECT 1 FROM damage WHERE accepted IS NULL AND txid IS ?2 "
+      "AND problem = ?3)");
+  open_damage_ = prep(
+      "SELECT id, found, source, txid, problem, kept FROM damage WHERE accepted IS NULL "
+      "ORDER BY id");
+  accept_damage_ = prep(
+      "UPDATE damage SET accepted = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+      "WHERE accepted IS NULL AND id <= ?1");
 }
 
 std::unique_ptr<MetaDb> MetaDb::create(const std::string &path) {
@@ -394,6 +405,49 @@ std::vector<uint64_t> MetaDb::orphan_undo_records() {
   std::vector<uint64_t> out;
   while (s.step()) out.push_back(uint64_t(s.i64(0)));
   return out;
+}
+
+void MetaDb::add_damage(const std::string &source, uint64_t txid,
+                        const std::vector<std::string> &problems, const std::string &kept) {
+  transaction([&] {
+    for (const std::string &p : problems) {
+      Stmt s(*this, add_damage_);
+      s.bind(1, source).bind(2, int64_t(txid)).bind(3, p);
+      if (kept.empty()) s.bind_null(4); else s.bind(4, kept);
+      s.step();
+    }
+  });
+  sync();
+}
+
+std::vector<DamageRow> MetaDb::open_damage() {
+  std::lock_guard g(mu_);
+  Stmt s(*this, open_damage_);
+  std::vector<DamageRow> out;
+  while (s.step()) {
+    DamageRow r;
+    r.id = uint64_t(s.i64(0));
+    r.found = s.text(1);
+    r.source = s.text(2);
+    if (!s.null(3)) r.txid = uint64_t(s.i64(3));
+    r.problem = s.text(4);
+    r.kept = s.text(5);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+uint64_t MetaDb::accept_damage(uint64_t upto) {
+  uint64_t n = 0;
+  {
+    std::lock_guard g(mu_);
+    Stmt s(*this, accept_damage_);
+    s.bind(1, int64_t(upto));
+    s.step();
+    n = uint64_t(sqlite3_changes(db_));
+  }
+  sync();
+  return n;
 }
 
 std::vector<uint64_t> MetaDb::committed_txns() {

@@ -24,7 +24,7 @@ struct sqlite3_stmt;
 
 namespace txnfs {
 
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 // Databases from this version on are upgraded in place (see schema.sql).
 inline constexpr int kOldestUpgradable = 2;
 
@@ -46,6 +46,15 @@ struct UndoRecordRow {
   uint64_t ino = 0, generation = 0;
   std::optional<uint64_t> dir, dir2, off, len;
   std::string name, name2;  // empty: NULL
+};
+
+// One row of the damage table (schema.sql): something a rollback could not restore.
+struct DamageRow {
+  uint64_t id = 0;
+  std::string found, source;
+  std::optional<uint64_t> txid;
+  std::string problem;
+  std::string kept;  // where the undo log was kept ("" if nowhere)
 };
 
 class MetaDb {
@@ -93,6 +102,16 @@ class MetaDb {
   // Transaction ids that have undo_records rows but no transaction record (stale).
   std::vector<uint64_t> orphan_undo_records();
 
+  // Marks the store damaged: one row per problem (a problem already open for the same
+  // transaction is not repeated), then syncs the database -- the mark is durable when
+  // this returns.
+  void add_damage(const std::string &source, uint64_t txid,
+                  const std::vector<std::string> &problems, const std::string &kept);
+  // Damage not yet accepted, oldest first. Non-empty: the store is marked damaged.
+  std::vector<DamageRow> open_damage();
+  // Accepts (clears the mark of) the open rows with id <= upto; returns how many; syncs.
+  uint64_t accept_damage(uint64_t upto);
+
   // Runs `fn` inside one SQLite transaction (nested calls join the outer one).
   void transaction(const std::function<void()> &fn);
 
@@ -124,7 +143,8 @@ class MetaDb {
                *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr,
                *insert_txn_ = nullptr, *set_txn_ = nullptr, *del_txn_ = nullptr,
                *committed_ = nullptr, *all_txns_ = nullptr, *del_undo_ = nullptr,
-               *insert_undo_ = nullptr, *orphan_undo_ = nullptr;  // used under mu_
+               *insert_undo_ = nullptr, *orphan_undo_ = nullptr, *add_damage_ = nullptr,
+               *open_damage_ = nullptr, *accept_damage_ = nullptr;  // used under mu_
 };
 
 }  // namespace txnfs

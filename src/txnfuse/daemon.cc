@@ -122,6 +122,22 @@ int run_mount(const MountOptions &opts) {
     for (auto &f : rep.handle_fixes) spdlog::info("recovery: handle table: {}", f);
     if (rep.anything()) spdlog::info("recovery: {}", recovery_summary(rep));
     fs.recoveries = rep.rolled_back;
+    // A rollback (this recovery, an earlier one, or an abort) that could not restore
+    // everything marked the store damaged: serving it as if nothing happened would
+    // hide that files may hold changes of rolled-back transactions.
+    if (auto damage = db->open_damage(); !damage.empty()) {
+      std::string all;
+      for (auto &d : damage) all += "\n  " + describe_damage(fs.paths, d);
+      std::string what = fmt::format("store {} is marked damaged ({} problem{} a rollback could "
+                                     "not fix):{}",
+                                     fs.paths.root, damage.size(), damage.size() == 1 ? "" : "s",
+                                     all);
+      if (!opts.force)
+        throw Error(what + "\nnot mounted (recovery has run; the store is otherwise ready)",
+                    damage_hint());
+      fmt::print(stderr, "txnfs: warning: {}\nserving it anyway (--force)\n", what);
+      spdlog::warn("{}; serving it anyway (--force)", what);
+    }
   }
   fs.backups_fd = ::open(fs.paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fs.backups_fd < 0) throw_errno("open " + fs.paths.backups, errno);

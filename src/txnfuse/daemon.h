@@ -13,6 +13,7 @@ namespace txnfs {
 struct MountOptions {
   std::string store, mountpoint, pid_file, log_file;
   bool foreground = false;
+  bool force = false;  // serve a store marked damaged (see the damage table in schema.sql)
   std::vector<std::string> fuse_opts;  // extra -o options
   FsOptions fs;
   std::chrono::milliseconds lock_timeout{10'000};

@@ -51,6 +51,9 @@ int main(int argc, char **argv) {
   mount->add_option("STORE", mo.store, "the store directory")->required();
   mount->add_option("MOUNTPOINT", mo.mountpoint, "an existing directory")->required();
   mount->add_flag("-f,--foreground", mo.foreground, "stay in the foreground, log to stderr");
+  mount->add_flag("--force", mo.force,
+                  "serve a store that is marked damaged (a rollback could not restore "
+                  "everything; txnfs fsck lists what), instead of refusing it");
   mount->add_option("-o", mo.fuse_opts, "extra FUSE mount options (comma-separated)");
   mount->add_option("--pid-file", mo.pid_file, "write the daemon's PID to this file");
   mount->add_option("--log-file", mo.log_file,
@@ -74,7 +77,7 @@ int main(int argc, char **argv) {
   auto *umount = app.add_subcommand("umount", "Unmount a txnfs mount point");
   umount->add_option("MOUNTPOINT", mountpoint, "the mount point")->required();
 
-  bool repair = false;
+  bool repair = false, accept_damage = false;
   auto *fsck = app.add_subcommand("fsck", "Check that the database, the tree and the recovery "
                                           "state agree");
   fsck->add_option("STORE", store, "the store directory")->required();
@@ -82,7 +85,13 @@ int main(int argc, char **argv) {
                  "run recovery, then make the handle table agree with the tree (deletes rows "
                  "of vanished objects, adds missing rows, corrects names); recreates a missing "
                  "backup area. Refuses a mounted store");
-  fsck->footer("Exit status: 0 clean, 1 problems found (each printed), 2 error.");
+  fsck->add_flag("--accept-damage", accept_damage,
+                 "with --repair: clear the store's damage mark (what earlier rollbacks could "
+                 "not restore, listed by fsck) after you have checked the files it names; "
+                 "deletes the undo logs kept for them in STORE/.txnfs/damaged")
+      ->needs("--repair");
+  fsck->footer("Exit status: 0 clean, 1 problems found (each printed; a store marked damaged "
+               "stays so until --repair --accept-damage), 2 error.");
 
   bool force = false;
   auto *recover = app.add_subcommand(
@@ -93,7 +102,8 @@ int main(int argc, char **argv) {
                     "cannot be applied (they are listed)");
   bool verbose = false;
   recover->add_flag("-v,--verbose", verbose, "list every handle-table correction");
-  recover->footer("Exit status: 0 recovered or nothing to do, 1 error or steps not restored.");
+  recover->footer("Exit status: 0 recovered or nothing to do, 1 error, steps not restored, or "
+                  "the store is marked damaged (each problem listed; see txnfs fsck).");
 
   auto *crash_points = app.add_subcommand("crash-points", "List the crash-injection points");
   crash_points->group("");  // hidden: for test harnesses (TXNFS_CRASH_AT=NAME:COUNT)
@@ -121,7 +131,7 @@ int main(int argc, char **argv) {
       return run_mount(mo);
     }
     if (*umount) return cmd_umount(mountpoint);
-    if (*fsck) return cli::fsck_command(store, repair);
+    if (*fsck) return cli::fsck_command(store, repair, accept_damage);
     if (*recover) return cli::recover_command(store, force, verbose);
     if (*crash_points) return cli::crash_points_command();
   } catch (const Error &e) {

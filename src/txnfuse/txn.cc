@@ -19,6 +19,7 @@
 
 #include "crash_point.h"
 #include "fs.h"
+#include "recover.h"
 #include "stall_watchdog.h"
 #include "undo_exec.h"
 
@@ -356,8 +357,11 @@ int TxnManager::finish(TxnPtr t, bool commit) {
     t->state = TXNFS_ABORTED;
     try {
       if (log) {
+        // A step that cannot be undone marks the store damaged (durably, before the log
+        // goes; the log is kept in .txnfs/damaged): fsck and the next mount report it.
         UndoContext ctx{fs_.tree_fd, fs_.backups_fd,
-                        [](const UndoStep &) { TXNFS_CRASH_POINT("abort.mid_undo"); }};
+                        [](const UndoStep &) { TXNFS_CRASH_POINT("abort.mid_undo"); },
+                        damage_keeper(fs_.paths, *fs_.db, "abort")};
         UndoResult r = undo_transaction(ctx, t->id());
         TXNFS_CRASH_POINT("abort.after_undo");
         for (auto &p : r.problems) spdlog::error("abort of {}: {}", t->id(), p);

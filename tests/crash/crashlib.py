@@ -1143,7 +1143,8 @@ class Runner:
 
     def resync(self, new_parts):
         """After a reported violation (--keep-going): repair and take the tree as it is."""
-        p = tl.txnfs("fsck", self.env.store.path, "--repair")
+        # The violation is reported already: accept a damage mark too, or mount refuses.
+        p = tl.txnfs("fsck", self.env.store.path, "--repair", "--accept-damage")
         self.log(f"  fsck --repair: exit {p.returncode}")
         rc, _ = self.env.mount("resync")
         assert rc is None

@@ -249,12 +249,14 @@ def test_schema_2_store_is_upgraded_in_place(store, xfs):
         con = store.connect(readonly=False)
         with con:
             con.executescript("DROP VIEW undo_steps; DROP VIEW open_transactions; "
-                              f"DROP TABLE undo_records; {V2_VIEW}; PRAGMA user_version = 2;")
+                              "DROP TABLE undo_records; DROP TABLE damage; "
+                              f"{V2_VIEW}; PRAGMA user_version = 2;")
         con.close()
         m.mount()
-        assert store.query("PRAGMA user_version")[0]["user_version"] == 3
-        assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0]["value"] == "3"
+        assert store.query("PRAGMA user_version")[0]["user_version"] == 4
+        assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0]["value"] == "4"
         assert store.query("SELECT * FROM undo_steps") == []
+        assert store.query("SELECT * FROM damage") == []
         con = store.connect()
         cols = [d[0] for d in con.execute("SELECT * FROM open_transactions").description]
         con.close()
@@ -265,6 +267,28 @@ def test_schema_2_store_is_upgraded_in_place(store, xfs):
         assert store.fsck().returncode == 0
     finally:
         m.close()
+
+
+def test_schema_3_store_is_upgraded_in_place(store, xfs):
+    """A store of schema version 3 (before the damage table) mounts and gets the table;
+    fsck, which opens it for writing too, upgrades it the same way."""
+    for opener in ("mount", "fsck"):
+        con = store.connect(readonly=False)
+        with con:
+            con.executescript("DROP TABLE IF EXISTS damage; PRAGMA user_version = 3;")
+        con.close()
+        if opener == "mount":
+            m = tl.Mount(store, xfs.tmp / "mnt", xfs.tmp / "txnfs.pid")
+            try:
+                m.mount()
+                m.umount()
+            finally:
+                m.close()
+        else:
+            p = store.fsck()
+            assert p.returncode == 0, tl.output_of(p)
+        assert store.query("PRAGMA user_version")[0]["user_version"] == 4
+        assert store.query("SELECT * FROM damage") == []
 
 
 def test_schema_1_is_refused(store, xfs):

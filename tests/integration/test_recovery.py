@@ -368,13 +368,97 @@ def test_deleted_backup_after_a_crash_is_refused_then_forced(mnt):
     p = recover(store, "--force")
     assert p.returncode == 1, tl.output_of(p)
     assert re.search(r"NOT RESTORED: transaction \d+: .*is missing", p.stdout), p.stdout
+    assert re.search(rf"DAMAGED: transaction {txid} \(recovery, .*is missing", p.stdout), p.stdout
     after = S.snapshot(store.tree, handles=False)
     diff = S.diff(before, after)
     # only data.bin (whose backed-up range is lost) and its directory's times may differ
     assert all(d.startswith(("dir/data.bin:", "dir:")) for d in diff), diff
     assert (store.tree / "keep.txt").exists() and not (store.tree / "new.txt").exists()
-    assert fsck(store).returncode == 0
+    # ... and the store stays marked damaged until someone accepts it
+    assert_marked_damaged(mnt, txid, re.escape(objs[0].name) + r" is missing")
     mnt.mount()
+
+
+def assert_marked_damaged(mnt, txid, problem, source="recovery"):
+    """The store is marked damaged with `problem` of transaction `txid`: fsck, recover and
+    mount say so; mount --force serves it; fsck --repair keeps the mark; fsck --repair
+    --accept-damage clears it (deleting the kept log) and fsck is clean again. Leaves the
+    store unmounted."""
+    store = mnt.store
+    line = rf"store marked damaged: transaction {txid} \({source}[^)]*\): .*{problem}"
+    p = fsck(store)
+    assert p.returncode == 1 and re.search(line, p.stdout), tl.output_of(p)
+    assert re.search(r"\d+ problems?$", p.stdout.strip()), p.stdout
+    kept = store.internal / "damaged" / str(txid)
+    assert re.search(rf"undo log is kept in {re.escape(str(kept))}\b", p.stdout), p.stdout
+    assert kept.is_dir()
+
+    p = recover(store)                        # recover says so too, every time
+    assert p.returncode == 1, tl.output_of(p)
+    assert re.search(rf"DAMAGED: transaction {txid} .*{problem}", p.stdout), p.stdout
+    assert re.search(r"marked damaged", p.stderr), p.stderr
+
+    p = tl.txnfs("mount", store.path, mnt.path)
+    assert not tl.is_mounted(mnt.path), "a store marked damaged was mounted without --force"
+    assert_error(p, r"marked damaged", rf"transaction {txid} .*{problem}",
+                 r"fsck --repair --accept-damage", r"mount --force", code=1,
+                 what="mount of a damaged store")
+
+    mnt.mount("--force")                      # the documented way to serve it anyway
+    assert os.listdir(mnt.path), "the forced mount serves nothing"
+    mnt.umount()
+
+    p = fsck(store, "--repair")               # a repair cannot know what the files should hold
+    assert p.returncode == 1, tl.output_of(p)
+    assert "stays marked damaged" in p.stdout and re.search(line, p.stdout), p.stdout
+    assert kept.is_dir()
+
+    p = fsck(store, "--repair", "--accept-damage")
+    assert p.returncode == 0, tl.output_of(p)
+    assert re.search(rf"accepted: transaction {txid} .*{problem}", p.stdout), p.stdout
+    assert "deleted the kept undo log" in p.stdout, p.stdout
+    assert p.stdout.rstrip().endswith("clean"), p.stdout
+    assert not kept.exists()
+    assert fsck(store).returncode == 0
+    assert recover(store).returncode == 0
+    # accepted rows stay, as history
+    rows = store.query("SELECT * FROM damage WHERE txid = ?", (txid,))
+    assert rows and all(r["accepted"] for r in rows), rows
+
+
+def test_accept_damage_needs_repair(store):
+    p = tl.txnfs("fsck", store.path, "--accept-damage")
+    assert p.returncode != 0 and "--repair" in tl.output_of(p), tl.output_of(p)
+
+
+def test_occupied_name_at_recovery_marks_the_store_damaged_and_keeps_the_object(mnt):
+    """Recovery that cannot put a removed file back (its name was taken behind txnfs's
+    back) marks the store damaged, durably, and keeps the removed file in the kept log."""
+    populate(mnt.path)
+    original = (mnt.path / "victim").read_bytes()
+
+    def body(m):
+        os.unlink(m / "victim")
+        (m / "other").write_bytes(b"made in the transaction")
+
+    txid = crash_with_open_txn(mnt, body)
+    (mnt.store.tree / "victim").write_bytes(b"occupier")      # behind txnfs's back
+    p = tl.txnfs("mount", mnt.store.path, mnt.path)            # recovery runs, then refuses
+    assert not tl.is_mounted(mnt.path)
+    assert_error(p, r"marked damaged", rf"transaction {txid} .*Removed.*victim.*File exists",
+                 r"accept-damage", code=1, what="mount after a recovery that failed a step")
+    assert not S.backups_left(mnt.store), "the log of the failed rollback stayed in backups/"
+    assert not (mnt.store.tree / "other").exists()             # the rest was rolled back
+    assert (mnt.store.tree / "victim").read_bytes() == b"occupier"
+    kept = mnt.store.internal / "damaged" / str(txid)
+    stashed = [f for f in kept.iterdir() if f.name.endswith(".d") and f.is_file()]
+    assert [f.read_bytes() for f in stashed] == [original], "the removed file was not kept"
+    assert f"what that step saved: {stashed[0]}" in p.stderr, p.stderr
+    rows = mnt.store.query("SELECT * FROM damage")
+    assert len(rows) == 1 and rows[0]["txid"] == txid and rows[0]["source"] == "recovery", rows
+    assert_marked_damaged(mnt, txid, r"Removed.*victim.*File exists")
+    mnt.mount()
+    assert (mnt.path / "victim").read_bytes() == b"occupier"
 
 
 def test_deleted_backup_of_an_open_transaction_fails_its_abort(mnt):
@@ -388,4 +472,9 @@ def test_deleted_backup_of_an_open_transaction_fails_its_abort(mnt):
     # everything else was rolled back; the store goes on working
     assert (mnt.path / "keep.txt").exists() and not (mnt.path / "new.txt").exists()
     (mnt.path / "after").write_bytes(b"works")
+    assert (mnt.path / "after").read_bytes() == b"works"
+    # ... but it is marked damaged, durably: even a kill -9 right away keeps the mark
+    mnt.kill9()
+    assert_marked_damaged(mnt, t.id, re.escape(objs[0].name) + r" is missing", source="abort")
+    mnt.mount()
     assert (mnt.path / "after").read_bytes() == b"works"

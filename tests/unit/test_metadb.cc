@@ -130,3 +130,48 @@ TEST_CASE("the database survives reopening") {
   REQUIRE(db->handle(4));
   CHECK(db->handle(4)->uuid == uuid);
 }
+
+TEST_CASE("damage rows mark the store until accepted, without duplicates, and stay as history") {
+  TmpDir t;
+  std::string path = t.path + "/m.db";
+  {
+    auto db = MetaDb::create(path);
+    CHECK(db->open_damage().empty());
+    db->add_damage("recovery", 5, {"step 1 (Data): missing", "step 2 (Removed): EEXIST"},
+                   ".txnfs/damaged/5");
+    // the same problem of the same transaction again (a recovery repeated after a crash)
+    db->add_damage("recovery", 5, {"step 2 (Removed): EEXIST"}, ".txnfs/damaged/5-2");
+    db->add_damage("abort", 9, {"step 2 (Removed): EEXIST"}, "");
+  }
+  auto db = MetaDb::open(path);  // durable across connections
+  auto open = db->open_damage();
+  REQUIRE(open.size() == 3);
+  CHECK(open[0].txid == 5u);
+  CHECK(open[0].source == "recovery");
+  CHECK(open[0].kept == ".txnfs/damaged/5");
+  CHECK(open[1].problem == "step 2 (Removed): EEXIST");
+  CHECK(open[2].txid == 9u);
+  CHECK(open[2].kept.empty());
+  CHECK(!open[0].found.empty());
+
+  CHECK(db->accept_damage(open[1].id) == 2);  // only what was seen
+  auto left = db->open_damage();
+  REQUIRE(left.size() == 1);
+  CHECK(left[0].txid == 9u);
+  // an accepted problem found again is a new mark
+  db->add_damage("recovery", 5, {"step 1 (Data): missing"}, "");
+  CHECK(db->open_damage().size() == 2);
+}
+
+TEST_CASE("a schema-3 database gets the damage table when opened for writing") {
+  TmpDir t;
+  std::string path = t.path + "/m.db";
+  MetaDb::create(path);
+  sql(path, "DROP TABLE damage; PRAGMA user_version = 3");
+  CHECK_THROWS_WITH(MetaDb::open(path, true), Catch::Contains("schema version 3"));
+  auto db = MetaDb::open(path);
+  CHECK(db->upgraded_from() == 3);
+  CHECK(db->open_damage().empty());
+  db->add_damage("abort", 1, {"x"}, "");
+  CHECK(db->open_damage().size() == 1);
+}
