@@ -78,16 +78,22 @@ txnfs_build() {
   ninja -C build
 }
 
-# Compiles the daemon and the store with clang++ and its thread-safety analysis, as
-# errors (-Dthread_safety=true): an unannotated access to a guarded member, a call
+# Compiles the daemon and the store with clang++, -Wthread-safety -Wthread-safety-beta
+# (-Dthread_safety=true) and -Werror: an unannotated access to a guarded member, a call
 # without a required mutex, or an ordering clang can see broken fails the build. Only
-# the txnfs executable (and what it links) is built, nothing runs.
+# the object files of the daemon, the store and src/sync are compiled; nothing is linked
+# or run.
 txnfs_build_tsa() {
   cd "$TXNFS_ROOT"
   if [[ ! -f build-tsa/build.ninja ]]; then
-    CC=clang CXX=clang++ meson setup build-tsa -Dthread_safety=true >/dev/null
+    CC=clang CXX=clang++ meson setup build-tsa -Dthread_safety=true -Dwerror=true >/dev/null
   fi
-  ninja -C build-tsa src/txnfuse/txnfs
+  local objs
+  mapfile -t objs < <(ninja -C build-tsa -t targets all |
+    grep -E '^src/(txnfuse/txnfs\.p|store/libtxnstore\.a\.p|sync/libtxnsync\.a\.p)/[^:]*\.o:' |
+    cut -d: -f1)
+  ((${#objs[@]} > 20)) || die "build-tsa: the daemon's object files are not where expected"
+  ninja -C build-tsa "${objs[@]}"
 }
 
 # True while the process exists and is not a zombie (PID 1 of a container may not reap).

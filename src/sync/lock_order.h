@@ -22,7 +22,7 @@
 //    70   PendingEntries::mu_          committed state of entries/objects open txns changed
 //    80   StepMirror::mu_              undo steps queued for the undo_records table
 //    90   Invalidator::mu_             kernel-cache invalidations queued for its thread
-//   100   StallWatchdog::mu_           the watchdog's registry of request threads
+//   100   stall::Registry::mu          the watchdog's registry of request threads
 //
 // So, for instance, MetaDb::transaction(fn) must never take Txn::mu inside fn: a thread
 // in txn_remove holds Txn::mu and calls MetaDb (20 -> 30), and the reverse order

@@ -22,7 +22,7 @@ const char *lock_rank_name(LockRank r) {
     case LockRank::kPending: return "PendingEntries::mu_";
     case LockRank::kStepMirror: return "StepMirror::mu_";
     case LockRank::kInvalidator: return "Invalidator::mu_";
-    case LockRank::kStallWatchdog: return "StallWatchdog::mu_";
+    case LockRank::kStallWatchdog: return "stall::Registry::mu";
   }
   return "?";
 }

@@ -4,6 +4,10 @@
 // to an Inode, do the backing call on the XFS tree, record handle-table changes in
 // MetaDb, reply. Kernel caches stay on (entries, attributes, pages, directory
 // listings) because every change to the tree passes through this daemon.
+//
+// The daemon's mutexes follow one hierarchy, src/sync/lock_order.h (checked by clang's
+// thread-safety analysis and, in debug builds, at run time); a request unanswered for
+// 30 s is reported as stalled (stall_watchdog.h).
 #define FUSE_USE_VERSION 312
 #pragma once
 #include <fcntl.h>

@@ -169,11 +169,13 @@ void Watchdog::stop() {
 
 namespace {
 
-// Saves every thread's stack of this process to `path` (after `header`).
+// Saves every thread's stack of this process to `path` (after `header`); the file
+// appears under that name once it is complete.
 void save_stacks(const std::string &path, const std::string &header) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  std::string tmp = path + ".partial";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    spdlog::error("stall dump: cannot create {}: {}", path, std::strerror(errno));
+    spdlog::error("stall dump: cannot create {}: {}", tmp, std::strerror(errno));
     return;
   }
   [[maybe_unused]] auto n = ::write(fd, header.data(), header.size());
@@ -197,6 +199,8 @@ void save_stacks(const std::string &path, const std::string &header) {
     }
   }
   ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    spdlog::error("stall dump: cannot rename {}: {}", tmp, std::strerror(errno));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// StallWatchdog — a FUSE request left unanswered for long is a bug (a deadlock, a lost
+// The stall watchdog — a FUSE request left unanswered for long is a bug (a deadlock, a lost
 // wake-up, a wait without a timeout), and this makes it visible.
 //
 // Every request handler runs inside an InFlight scope (ops.cc wraps the whole operation

@@ -126,16 +126,17 @@ def test_stall_watchdog_logs_and_dumps_stacks(store, xfs, monkeypatch):
         t0 = time.monotonic()
         assert not (m.path / "stall-me").exists()      # held 5 s, then answered
         assert time.monotonic() - t0 >= 4.5
-        dump = tl.wait_until(lambda: [d for d in dumps.iterdir()
-                                      if "lookup_hook" in d.read_text(errors="replace")],
-                             timeout=60, interval=0.5)
-        assert dump, f"no stack dump in {dumps}: {list(dumps.iterdir())}\n{log.read_text()}"
+        saved = "stalled request: every thread's stack saved to "
+        assert tl.wait_until(lambda: saved in log.read_text(), timeout=60, interval=0.5), (
+            f"no stack dump in {dumps}: {list(dumps.iterdir())}\n{log.read_text()}")
+        dump = list(dumps.iterdir())
+        assert len(dump) == 1 and dump[0].name.endswith(".txt"), dump
         text = dump[0].read_text(errors="replace")
         assert text.startswith("stalled request: LOOKUP nodeid 1 on thread "), text[:300]
-        assert "Thread " in text
+        assert "Thread " in text and "lookup_hook" in text, text
         logged = log.read_text()
         assert "stalled request: LOOKUP nodeid 1 on thread" in logged, logged
-        assert "stalled request: every thread's stack saved to " + str(dump[0]) in logged
+        assert saved + str(dump[0]) in logged
         assert "WRITE" not in logged and "CREATE" not in logged  # only the held one
     finally:
         m.close()
