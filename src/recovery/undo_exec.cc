@@ -3,10 +3,16 @@
 // never happened, or that an earlier, interrupted run already undid, does nothing.
 // Attrs, Data and Xattrs set absolute states and may simply run again.
 //
-// Why descending order converges after any interruption: a full run leaves the tree as
-// it was before the transaction; rerunning any step on that tree finds nothing to move
-// back (namespace steps) or writes what is already there, and the lower-seq steps of
-// each object (its Attrs first of all) run after its higher ones every time.
+// Why descending order converges after any interruption: Attrs, Data and Xattrs steps
+// write absolute states, and the lower-seq steps of each object (its Attrs first of all)
+// run after its higher ones every time. Namespace steps (Created, Linked, Removed,
+// Renamed) are retired as soon as they are undone: their record is deleted right after
+// the change that undid them (both are XFS metadata operations, which its journal keeps
+// in order). So an interrupted run leaves exactly the namespace steps not yet undone,
+// and the tree as it was after them. Rerunning an undone namespace step on the restored
+// tree is NOT harmless: an object that returned to its old name (an exchange, then an
+// exchange back) looks like one still waiting to be moved -- the fuzzer found a crash
+// during an abort's log removal that then failed recovery.
 #include "undo_exec.h"
 
 #include <dirent.h>
@@ -108,6 +114,9 @@ class Executor {
   void run(const UndoStep &s) {
     try {
       if (dispatch(s)) r_.undone++;
+      if (s.kind != StepKind::Attrs && s.kind != StepKind::Data && s.kind != StepKind::Xattrs &&
+          ::unlinkat(log_, step_name(s.seq).c_str(), 0) != 0 && errno != ENOENT)
+        fail("retire record " + step_name(s.seq), errno);
     } catch (const Fatal &) {
       throw;
     } catch (const Error &e) {

@@ -51,6 +51,7 @@ SCRIPTS = {
     "whiteout over target": (["f0", "f1"], [("w", "f0", "f1")]),
     "whiteout, rm whiteout": (["f0"], [("w", "f0", "f1"), ("rm", "f0"), ("touch", "f0")]),
     "whiteout, move back": (["f0"], [("w", "f0", "f1"), ("rm", "f0"), ("mv", "f1", "f0")]),
+    "whiteout, exchange back": (["f0"], [("w", "f0", "f1"), ("x", "f1", "f0")]),
     "new file whiteout": ([], [("touch", "n"), ("w", "n", "m"), ("rm", "m")]),
     "noreplace, rm": ([], [("touch", "a"), ("mv0", "a", "b"), ("rm", "b")]),
     "created, displaced": ([], [("touch", "a"), ("touch", "b"), ("mv", "a", "b"), ("rm", "b")]),
@@ -175,3 +176,26 @@ def test_whiteout_outside_transactions_has_a_row(mnt):
     mnt.mount()
     st = os.lstat(sub / "f0")
     assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+
+
+@pytest.mark.parametrize("case", ["whiteout, exchange back", "exchange, rm source",
+                                  "whiteout over target"])
+def test_crash_while_an_abort_removes_its_log(mnt, case):
+    """The abort has restored the tree and is deleting its log when the daemon dies: the
+    recovery at the next mount must not undo again what is already undone. An object
+    that went back to its old name (a whiteout rename, then an exchange back) once
+    looked to the rerun like one still to be moved, and recovery failed."""
+    pre, ops = SCRIPTS[case]
+    d = prepare(mnt, pre)
+    before = S.snapshot(mnt.path)
+    mnt.umount()
+    with tl.crash_at("log.mid_remove:1"):
+        mnt.mount()
+    tid = tl.txn_begin(mnt.path)
+    apply(d, ops + [("touch", "last")])  # the log goes highest record first: keep the
+    tl.txn_abort(mnt.path, tid)          # case's own records (the daemon dies after one)
+    assert tl.wait_dead(mnt.pid, 10), "the crash point did not fire"
+    mnt.pid = None
+    tl.lazy_umount(mnt.path)
+    mnt.mount()  # recovery runs first
+    S.assert_same(before, S.snapshot(mnt.path), f"after a crash in the abort of {case!r}")
