@@ -643,10 +643,13 @@ def exec_op(root: str, o: dict) -> dict:
         res["ino"] = _CTX["ino"]
     if res.get("e"):      # what the names were (for DIVERGENCES; not compared)
         for k, key in (("p", "ft"), ("q", "ftq")):
-            try:
-                res[key] = stat.S_IFMT(os.lstat(os.path.join(root, o[k])).st_mode)
+            try:   # what the name leads to (an open follows symlinks)
+                res[key] = stat.S_IFMT(os.stat(os.path.join(root, o[k])).st_mode)
             except (OSError, KeyError):
-                pass
+                try:
+                    res[key] = stat.S_IFMT(os.lstat(os.path.join(root, o[k])).st_mode)
+                except (OSError, KeyError):
+                    pass
     return res
 
 
