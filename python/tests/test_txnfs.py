@@ -200,3 +200,17 @@ def test_commit_inside_block_and_status(mnt):
     s = txnfs.status(m)
     assert set(s) >= {"transactions", "counters"}
     assert set(s["counters"]) >= {"commits", "aborts", "deadlocks", "timeouts", "recoveries"}
+
+
+def test_abort_only_transaction_that_changed_the_mount_root_is_rolled_back(mnt):
+    """Once abort-only, the daemon refuses the bound thread's control calls on a root
+    the transaction changed; the package then aborts from another thread."""
+    mnt.remount("--max-txn-ops", "3")
+    m = mnt.path
+    with pytest.raises(txnfs.LimitExceeded):
+        with txnfs.transaction(m) as t:
+            errs = [tl.errno_of(os.mkdir, m / f"d{i}") for i in range(6)]
+            assert errs[0] is None and errno.EDQUOT in errs, errs
+    assert t.aborted
+    assert list(m.iterdir()) == []
+    assert txnfs.status(m)["transactions"] == []
