@@ -15,13 +15,14 @@ import threading
 import txnfs_lib as tl
 
 UNIT = tl.REPO / "build" / "contrib" / "txnfs@.service"
+GANESHA_UNIT = tl.REPO / "build" / "contrib" / "txnfs-ganesha@.service"
 
 
-def unit_commands(instance: str, path: str, env: dict) -> dict:
+def unit_commands(instance: str, path: str, env: dict, unit=UNIT) -> dict:
     """{key: [argv, ...]} of the unit's Exec*/PIDFile lines, expanded like systemd does
     for these lines: %i %f %%, ${VAR} anywhere, $VAR as a word of its own (split)."""
     out: dict = {}
-    for line in UNIT.read_text().splitlines():
+    for line in unit.read_text().splitlines():
         m = re.match(r"^(ExecStartPre|ExecStart|ExecStop|PIDFile)=(.*)$", line)
         if not m:
             continue
@@ -97,3 +98,79 @@ def test_txnfs_unit_commands_recover_mount_and_stop(mnt, xfs):
             if not tl.wait_dead(started_daemon, 15):
                 tl.kill_and_wait(started_daemon)
         tl.lazy_umount(m)
+
+
+def unit_settings(unit, key: str) -> list[str]:
+    return [l.split("=", 1)[1] for l in unit.read_text().splitlines() if l.startswith(key + "=")]
+
+
+def test_ganesha_unit_commands_export_the_mount_with_the_bridge(mnt, xfs):
+    """txnfs-ganesha@.service's environment and commands, replayed: the patched Ganesha
+    of the tests ($TXNFS_GANESHA_BIN or build/ganesha/prefix) as GANESHA_NFSD, the build's
+    bridge standing in for the installed one; a COMPOUND tagged txn commits through it, a
+    failing one leaves nothing, and the bridge logs where the unit says."""
+    import ganesha_lib as gl
+    import nfs_lib
+
+    instance = tl.run(["systemd-escape", "--path", mnt.store.path], check=True).stdout.strip()
+    assert unit_settings(GANESHA_UNIT, "BindsTo") == ["txnfs@%i.service"]
+    [sysconf] = {os.path.dirname(f.lstrip("-")) for f in unit_settings(GANESHA_UNIT, "EnvironmentFile")}
+    etc = xfs.tmp / "etc"
+    run, state = xfs.tmp / "run", xfs.tmp / "state"
+    for d in (etc, run, state):
+        d.mkdir()
+    (etc / f"{instance}.env").write_text(f"MOUNTPOINT={mnt.path}\n")
+    (etc / "ganesha.env").write_text(f"GANESHA_NFSD={gl.patched_bin()}\n")
+    lease = gl.PortLease()
+    proc = None
+    try:
+        (etc / f"{instance}.ganesha.conf").write_text(gl.render_config(lease.port, mnt.path, state))
+        # systemd: Environment= first, EnvironmentFile= override; then its own variables
+        env = dict(os.environ)
+        for e in unit_settings(GANESHA_UNIT, "Environment"):
+            k, _, v = e.replace("%i", instance).partition("=")
+            env[k] = v
+        for f in unit_settings(GANESHA_UNIT, "EnvironmentFile"):
+            f = f.lstrip("-").replace(sysconf, str(etc)).replace("%i", instance)
+            for line in open(f).read().splitlines():
+                k, _, v = line.partition("=")
+                env[k] = v
+        assert env["TXNFS_BRIDGE_LIB"].endswith("/libtxnfs_bridge.so")
+        env["TXNFS_BRIDGE_LIB"] = gl.bridge_lib()
+        env["TXNFS_BRIDGE_CONF"] = env["TXNFS_BRIDGE_CONF"].replace(
+            f"/run/txnfs-ganesha-{instance}", str(run))
+        env.update(RUNTIME_DIRECTORY=str(run), STATE_DIRECTORY=str(state))
+        cmds = unit_commands(instance, str(mnt.store.path), env, GANESHA_UNIT)
+        for argv in cmds["ExecStartPre"]:
+            p = tl.subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+            assert p.returncode == 0, tl.output_of(p)
+        assert (run / "bridge.conf").read_text() == f"mount = {mnt.path}\nlog = {run}/bridge.log\n"
+        [start] = cmds["ExecStart"]
+        start = [w.replace(sysconf, str(etc)) for w in start]
+        out = open(xfs.tmp / "ganesha.out", "w")
+        proc = tl.subprocess.Popen(start, env=env, stdout=out, stderr=tl.subprocess.STDOUT,
+                                   start_new_session=True)
+        assert tl.wait_until(lambda: gl.port_accepts(lease.port) or proc.poll() is not None, 30)
+        assert proc.poll() is None, (xfs.tmp / "ganesha.out").read_text()[-3000:]
+        nfs = nfs_lib.Nfs(lease.port)
+        nfs.must(("mkdir", "/etc"))
+        nfs.must(("write", "/etc/passwd", "=root"), ("write", "/etc/group", "=wheel"), txn=True)
+        r = nfs.run(("write", "/etc/passwd", "=mallory"), ("remove", "/etc/nothing"),
+                    ("write", "/etc/group", "=mallory"), txn=True)
+        assert not r.ok
+        assert (mnt.path / "etc/passwd").read_text() == "root"
+        assert (mnt.path / "etc/group").read_text() == "wheel"
+        assert f"ready: mount {mnt.path};" in (run / "bridge.log").read_text()
+        counters = tl.txn_status(mnt.path)["counters"]
+        assert counters["commits"] >= 1 and counters["aborts"] >= 1, counters
+        # -L STDOUT: Ganesha's log goes where systemd sends stdout, the journal
+        assert "NFS SERVER INITIALIZED" in (xfs.tmp / "ganesha.out").read_text()
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()   # systemd's stop: SIGTERM to the main process
+            try:
+                proc.wait(15)
+            except tl.subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        lease.release()
