@@ -211,5 +211,6 @@ def test_bad_values_and_missing_store_fail_with_txnfs_errors(hm, xfs):
 def test_helper_usage():
     p = tl.run([SBIN_HELPER, "--help"])
     assert p.returncode == 0 and "mount -t fuse.txnfs" in tl.output_of(p)
+    assert "lock_timeout_ms=MS" in tl.output_of(p) and "_netdev" in tl.output_of(p)
     p = tl.run([SBIN_HELPER])
     assert p.returncode == 1 and "usage:" in tl.output_of(p)
