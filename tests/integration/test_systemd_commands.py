@@ -43,20 +43,26 @@ def test_txnfs_unit_commands_recover_mount_and_stop(mnt, xfs):
     m = mnt.path
     (m / "keep").write_text("committed")
     # a transaction that is open when the daemon dies
-    started = threading.Event()
+    # (its thread stays alive until the daemon is dead: the daemon aborts a transaction
+    # whose thread is gone)
+    started, killed = threading.Event(), threading.Event()
 
     def open_txn():
         tl.txn_begin(m)
         (m / "keep").write_text("uncommitted")
         (m / "new").write_text("uncommitted")
         started.set()
+        killed.wait(60)
 
     th = threading.Thread(target=open_txn)
     th.start()
-    th.join(30)
-    assert started.is_set()
-    assert tl.kill_and_wait(mnt.pid, 15)
-    mnt.pid = None
+    try:
+        assert started.wait(30)
+        assert tl.kill_and_wait(mnt.pid, 15)
+        mnt.pid = None
+    finally:
+        killed.set()
+        th.join(30)
     assert tl.is_mounted(m) and tl.errno_of(os.stat, m) is not None   # a dead mount point
 
     instance = tl.run(["systemd-escape", "--path", mnt.store.path], check=True).stdout.strip()
