@@ -135,8 +135,14 @@ def test_installed_programs_work_on_a_real_store(staged, xfs):
         [ ! -e '{work}/pid' ]
         txnfs fsck '{store}'
         """)
-    p = tl.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-               timeout=180)
+    try:
+        p = tl.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                   timeout=180)
+    finally:   # the helper's record of the mount it made (see mount.fuse.txnfs)
+        records = Path("/run/txnfs/mount.fuse.txnfs")
+        for f in records.iterdir() if records.is_dir() else ():
+            if f.read_text().startswith(f"txnfs:{store}\n"):
+                f.unlink()
     out = tl.output_of(p)
     assert p.returncode == 0, out
     assert "hello\none\nfrom C\n" in p.stdout, out

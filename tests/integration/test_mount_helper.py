@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ import txnfs_lib as tl
 
 SBIN_HELPER = Path("/sbin/mount.fuse.txnfs")
 BUILT_HELPER = tl.REPO / "build" / "contrib" / "mount.fuse.txnfs"
+STATE_DIR = Path("/run/txnfs/mount.fuse.txnfs")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -45,6 +47,13 @@ def helper_in_sbin():
         SBIN_HELPER.unlink()
         if had:
             os.replace(backup, SBIN_HELPER)
+        # the helper's records of the mounts these tests made (stores in temporary
+        # directories; all unmounted now)
+        if STATE_DIR.is_dir():
+            tmp = tempfile.gettempdir()
+            for f in STATE_DIR.iterdir():
+                if f.read_text().startswith(f"txnfs:{tmp}/txnfs-it-"):
+                    f.unlink()
 
 
 class HelperMount:
