@@ -223,3 +223,15 @@ def test_helper_usage():
     assert "lock_timeout_ms=MS" in tl.output_of(p) and "_netdev" in tl.output_of(p)
     p = tl.run([SBIN_HELPER])
     assert p.returncode == 1 and "usage:" in tl.output_of(p)
+
+
+def test_umount_then_mount_at_once_waits_for_the_exiting_daemon(hm):
+    """What test harnesses do: unmount, mount again at once -- twenty times. umount(8)
+    returns before the daemon has let go of the store; the helper waits for it."""
+    for i in range(20):
+        p = mount_t(hm, f"pid_file={hm.pid_file}")
+        assert p.returncode == 0, f"cycle {i}: {tl.output_of(p)}"
+        (hm.path / f"cycle{i}").write_text(str(i))
+        p = tl.run(["umount", hm.path])
+        assert p.returncode == 0, tl.output_of(p)
+    assert sorted(x.name for x in hm.store.tree.iterdir()) == sorted(f"cycle{i}" for i in range(20))
