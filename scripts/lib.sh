@@ -9,11 +9,14 @@ export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"   # where `cargo install` pu
 TXNFS_PACKAGES=(build-essential meson ninja-build pkgconf libfuse3-dev fuse3 libsqlite3-dev
                 sqlite3 uuid-dev catch2 libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
                 xfsprogs attr acl python3 python3-pytest fio
-                libntirpc-dev nfs-ganesha nfs-ganesha-vfs clang gdb)
+                libntirpc-dev nfs-ganesha nfs-ganesha-vfs clang gdb
+                python3-pip python3-venv python3-setuptools systemd)
 # clang: the thread-safety analysis of the lock hierarchy (build-tsa, see txnfs_build_tsa);
 # gdb: the daemon's stack dumps of stalled requests (TXNFS_STALL_DUMP).
 # nfs-ganesha + nfs-ganesha-vfs: Debian's unpatched server, the baseline the NFS tests and
 # benchmarks compare with (the patched one is built by scripts/build-ganesha).
+# python3-pip, -venv, -setuptools: `pip install ./python` (the Python package) into a venv
+# for its tests; systemd: `systemd-analyze verify` of contrib/systemd.
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }

@@ -138,6 +138,14 @@ int fsck_command(const std::string &store, bool repair, bool accept) {
   }
   FsckReport rep = fsck_store(paths);
   for (auto &p : rep.problems) fmt::print("{}\n", p);
+  // Not a problem of the store's consistency, but of who can break it: anyone who can
+  // enter STORE can change STORE/tree without locks or undo.
+  if (struct stat st; ::stat(paths.root.c_str(), &st) == 0 && (st.st_mode & (S_IXGRP | S_IXOTH)))
+    fmt::print(stderr,
+               "txnfs: warning: {} is mode {:04o}: users other than its owner can enter it and "
+               "change files in {}/tree behind txnfs (no locks, no undo); the mount is the way "
+               "in: chmod 0700 {}\n",
+               store, st.st_mode & 07777, store, store);
   fmt::print("{}: {} handle rows, {} objects in the tree, {}\n", store, rep.rows, rep.objects,
              rep.clean() ? "clean"
                          : fmt::format("{} problem{}", rep.problems.size(),

@@ -111,7 +111,7 @@ void init_store(const std::string &store, bool allow_copy_backups) {
       throw Error(fmt::format("{} is not empty", p.root),
                   "txnfs init needs a missing or empty directory");
   } else {
-    if (::mkdir(p.root.c_str(), 0755) != 0)
+    if (::mkdir(p.root.c_str(), 0700) != 0)
       throw_errno(fmt::format("cannot create store directory {}", p.root), errno);
     created_root = true;
   }
@@ -125,6 +125,9 @@ void init_store(const std::string &store, bool allow_copy_backups) {
   }
 
   try {
+    // The store is root's: through STORE/tree anyone could change files behind txnfs's
+    // back (no locks, no undo, no handle rows). The mount is the way in.
+    if (::chmod(p.root.c_str(), 0700) != 0) throw_errno("chmod " + p.root, errno);
     if (::mkdir(p.internal.c_str(), 0700) != 0) throw_errno("mkdir " + p.internal, errno);
     if (::mkdir(p.backups.c_str(), 0700) != 0) throw_errno("mkdir " + p.backups, errno);
     if (::mkdir(p.tree.c_str(), 0755) != 0) throw_errno("mkdir " + p.tree, errno);
