@@ -26,9 +26,12 @@ Op::Op(fuse_req_t req) : fs_(fs_of(req)) {
   if (txn_) {
     err_ = tm.enter(*txn_);
     entered_ = err_ == 0;
-  } else {
-    plain_ = std::make_unique<LockOwner>(next_plain_id++);
+    if (err_ && txn_->state.load() == TXNFS_ABORT_ONLY) {
+      doomed_ = true;  // see read_error()
+      txn_.reset();
+    }
   }
+  if (!txn_) plain_ = std::make_unique<LockOwner>(next_plain_id++);
 }
 
 Op::~Op() {

@@ -24,6 +24,10 @@ class Op {
   // Non-zero when the request must fail before it starts (its transaction is
   // abort-only or ending, or over its limits).
   int error() const { return err_; }
+  // For requests that only read (getattr, lookup): a transaction that can only abort
+  // is still served -- as a plain request, seeing the committed state it will return
+  // to -- so that its own thread can reach the control channel to end it.
+  int read_error() const { return doomed_ ? 0 : err_; }
   Txn *txn() const { return txn_.get(); }
   bool cacheable() const { return !txn_; }
   // A plain request while transactions are open: it must not see their changes.
@@ -54,6 +58,7 @@ class Op {
   std::unique_ptr<LockOwner> plain_;  // a plain request's own locks
   bool lockless_ = false;             // counted in fs.unlocked_inflight
   bool entered_ = false;
+  bool doomed_ = false;  // its transaction is abort-only: served as a plain request
   bool mutating_ = false;  // took an X or IX lock: the request changes the tree
   int err_ = 0;
 };

@@ -164,7 +164,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
   Op op(req);
   Fs &fs = op.fs();
   fuse_entry_param e;
-  int err = op.error();
+  int err = op.read_error();
   try {
     if (err) {
     } else if (std::strcmp(name, ".") == 0) {
@@ -216,7 +216,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
   Op op(req);
   InodePtr i = inode_of(req, nodeid);
   struct stat st;
-  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  int err = op.read_error() ? op.read_error() : !i ? ESTALE : 0;
   if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
   if (!err) err = stat_fd(i->fd, &st);
   if (err) return (void)fuse_reply_err(req, err);
@@ -268,7 +268,7 @@ void op_readlink(fuse_req_t req, fuse_ino_t nodeid) {
   Op op(req);
   InodePtr i = inode_of(req, nodeid);
   // A symlink's target never changes (only its name does): no lock needed.
-  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  int err = op.read_error() ? op.read_error() : !i ? ESTALE : 0;
   if (err) return (void)fuse_reply_err(req, err);
   char buf[PATH_MAX + 1];
   ssize_t n = ::readlinkat(i->fd, "", buf, sizeof buf);

@@ -126,3 +126,24 @@ def test_per_transaction_lock_timeout(mnt):
     assert holder.submit(tl.txn_abort, mnt.path, hid).result() == 0
     holder.shutdown()
     S.assert_restored(mnt, before, "after a lock timeout")
+
+
+def test_abort_only_transaction_that_changed_the_root_ends_from_its_own_thread(mnt):
+    """Once abort-only, a transaction still reaches the control channel from its own
+    thread: opening the mount root needs its attributes, which the transaction's change
+    of the root made uncacheable, and that getattr must not be refused."""
+    mnt.remount("--max-txn-ops", "5")
+    before = S.stable_snapshot(mnt.path)
+    tid = tl.txn_begin(mnt.path)
+    err = None
+    for k in range(20):
+        try:
+            (mnt.path / f"top{k}").write_bytes(b"x")
+        except OSError as e:
+            err = e.errno
+            break
+    assert err == errno.EDQUOT, err
+    rc, info = tl.txn_info(mnt.path, tid)
+    assert rc == 0 and info.error == errno.EDQUOT, (rc, info.error)
+    assert tl.txn_abort(mnt.path, tid) == 0
+    S.assert_restored(mnt, before, "after aborting from its own thread")
