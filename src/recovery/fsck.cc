@@ -236,12 +236,12 @@ void check_damage(const StorePaths &paths, MetaDb &db, FsckReport &rep) {
     if (!d.kept.empty()) kept.insert(d.kept);
   }
   std::string dir = damaged_dir(paths);
-  undo_io::Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd) {
     if (fd.err() == ENOENT) return;
     throw_errno("open " + dir, fd.err());
   }
-  for (const auto &e : undo_io::list_dir(fd.fd()))
+  for (const auto &e : undo_io::list_dir(fd.get()))
     if (!kept.count(".txnfs/damaged/" + e.name))
       rep.problems.push_back(fmt::format(
           "{}/{} is an undo log kept by an incomplete rollback, but no open damage record "
@@ -354,9 +354,9 @@ FsckReport fsck_store(const StorePaths &paths) {
     // (a kept log) or made behind txnfs's back. (Logs hold links of stashed objects.)
     bool logs;
     {
-      undo_io::Fd b(::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      UniqueFd b(::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
       if (!b) throw_errno("open " + paths.backups, b.err());
-      logs = !logged_transactions(b.fd()).empty();
+      logs = !logged_transactions(b.get()).empty();
     }
     for (const auto &[ino, obj] : c.objects)
       if (!logs && !S_ISDIR(obj.mode) && obj.nlink > obj.names)

@@ -16,7 +16,6 @@
 
 namespace txnfs {
 
-using undo_io::Fd;
 using undo_io::proc_path;
 
 // Sequence numbers start at 1 (0 means "nothing recorded") and are taken atomically,
@@ -98,25 +97,25 @@ uint64_t UndoLog::backup_range(int fd, UndoStep s) {
 
   // FICLONERANGE needs a readable source; pread needs a fd without O_DIRECT.
   int fl = ::fcntl(fd, F_GETFL);
-  Fd reopened;
+  UniqueFd reopened;
   if (fl < 0 || (fl & O_PATH) || (fl & O_ACCMODE) == O_WRONLY || (!reflink_ && (fl & O_DIRECT))) {
-    reopened = Fd(::open(proc_path(fd).c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+    reopened = UniqueFd(::open(proc_path(fd).c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
     if (!reopened) throw_errno("backup_range: reopen for reading", reopened.err());
-    fd = reopened.fd();
+    fd = reopened.get();
   }
 
   uint64_t seq = c_->next_seq++;
   std::string dname = data_name(seq);
-  Fd d(::openat(dir_fd_, dname.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  UniqueFd d(::openat(dir_fd_, dname.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!d) throw_errno(fmt::format("create backup {}/{}", txid_, dname), d.err());
-  int e = reflink_ ? undo_io::clone_range(fd, d.fd(), start, end - start) : EOPNOTSUPP;
+  int e = reflink_ ? undo_io::clone_range(fd, d.get(), start, end - start) : EOPNOTSUPP;
   if (e == EOPNOTSUPP || e == EXDEV || e == ENOTTY || e == EINVAL) {
     // Copy mode, a file system without reflink, or a layout the kernel will not remap
     // (EINVAL; the range is aligned as the kernel asks, so this should not happen).
     // The copy lives in the page cache, so unlike a clone it must be flushed before the
     // caller overwrites the original.
-    e = undo_io::copy_range(fd, d.fd(), start, end - start);
-    if (e == 0 && ::fdatasync(d.fd()) != 0) e = errno;
+    e = undo_io::copy_range(fd, d.get(), start, end - start);
+    if (e == 0 && ::fdatasync(d.get()) != 0) e = errno;
   }
   if (e != 0) {
     ::unlinkat(dir_fd_, dname.c_str(), 0);
@@ -183,18 +182,18 @@ uint64_t UndoLog::snapshot_xattrs(int fd, UndoStep s) {
   bool dir = S_ISDIR(st.st_mode);
   if (dir && ::mkdirat(dir_fd_, dname.c_str(), 0700) != 0)
     throw_errno(fmt::format("create xattr snapshot {}/{}", txid_, dname), errno);
-  Fd d(::openat(dir_fd_, dname.c_str(),
+  UniqueFd d(::openat(dir_fd_, dname.c_str(),
                 (dir ? O_RDONLY | O_DIRECTORY : O_RDWR | O_CREAT | O_EXCL) | O_NOFOLLOW | O_CLOEXEC,
                 0600));
   int e = d ? 0 : d.err();
   // Drop what the kernel may have put on the new object (inherited default ACLs,
   // security labels), so the snapshot holds exactly the xattrs of `fd`.
   undo_io::Xattrs own;
-  if (e == 0) e = undo_io::read_xattrs(proc_path(d.fd()), own);
+  if (e == 0) e = undo_io::read_xattrs(proc_path(d.get()), own);
   for (auto it = own.begin(); e == 0 && it != own.end(); ++it)
-    if (::fremovexattr(d.fd(), it->first.c_str()) != 0 && errno != ENODATA) e = errno;
+    if (::fremovexattr(d.get(), it->first.c_str()) != 0 && errno != ENODATA) e = errno;
   for (auto it = xs.begin(); e == 0 && it != xs.end(); ++it)
-    if (::fsetxattr(d.fd(), it->first.c_str(), it->second.data(), it->second.size(), 0) != 0)
+    if (::fsetxattr(d.get(), it->first.c_str(), it->second.data(), it->second.size(), 0) != 0)
       e = errno;
   if (e != 0) {
     ::unlinkat(dir_fd_, dname.c_str(), dir ? AT_REMOVEDIR : 0);
