@@ -20,8 +20,7 @@ namespace {
 
 void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  auto [i, err] = op.on(nodeid);
   if (!err && (fi->flags & O_TRUNC)) {
     err = op.lock_object(nodeid, LockMode::X);
     if (!err && op.txn()) err = save_truncate(op.fs(), *op.txn(), *i, 0);
@@ -94,8 +93,7 @@ void op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off, fuse_fil
 void op_write_buf(fuse_req_t req, fuse_ino_t nodeid, fuse_bufvec *in, off_t off,
                   fuse_file_info *fi) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *i, off, fuse_buf_size(in));
   if (!err) err = kill_privs(req, fd_of(fi), fi->fh & kDirectIoFh);
   if (err) return (void)fuse_reply_err(req, err);
@@ -111,8 +109,7 @@ void op_write_buf(fuse_req_t req, fuse_ino_t nodeid, fuse_bufvec *in, off_t off,
 void op_fallocate(fuse_req_t req, fuse_ino_t nodeid, int mode, off_t off, off_t len,
                   fuse_file_info *fi) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) {
     Txn &t = *op.txn();
     if (mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE))
@@ -184,8 +181,7 @@ UniqueFd xattr_source(Op &op, const Inode &i) {
 template <typename Call>
 void read_xattrs(fuse_req_t req, fuse_ino_t nodeid, size_t size, Call call) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  auto [i, err] = op.on(nodeid);
   if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
   if (err) return (void)fuse_reply_err(req, err);
   UniqueFd fd = xattr_source(op, *i);
@@ -210,8 +206,7 @@ void op_listxattr(fuse_req_t req, fuse_ino_t nodeid, size_t size) {
 void op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, const char *value,
                  size_t size, int flags) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_xattrs(op.fs(), *op.txn(), *i);
   if (err) return (void)fuse_reply_err(req, err);
   int rc = ::setxattr(proc_path(i->fd).c_str(), name, value, size, flags);
@@ -220,8 +215,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, const char
 
 void op_removexattr(fuse_req_t req, fuse_ino_t nodeid, const char *name) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_xattrs(op.fs(), *op.txn(), *i);
   if (err) return (void)fuse_reply_err(req, err);
   int rc = ::removexattr(proc_path(i->fd).c_str(), name);

@@ -207,9 +207,8 @@ void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data *forgets) {
 
 void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
+  auto [i, err] = op.on(nodeid);
   struct stat st;
-  int err = op.error() ? op.error() : !i ? ESTALE : 0;
   if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
   if (!err) err = stat_fd(i->fd, &st);
   if (err) return (void)fuse_reply_err(req, err);
@@ -222,8 +221,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
 void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
                 fuse_file_info *fi) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn())
     err = (valid & FUSE_SET_ATTR_SIZE) ? save_truncate(op.fs(), *op.txn(), *i, attr->st_size)
                                        : save_attrs(op.fs(), *op.txn(), *i);
@@ -259,9 +257,8 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
 
 void op_readlink(fuse_req_t req, fuse_ino_t nodeid) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
   // A symlink's target never changes (only its name does): no lock needed.
-  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  auto [i, err] = op.on(nodeid);
   if (err) return (void)fuse_reply_err(req, err);
   char buf[PATH_MAX + 1];
   ssize_t n = ::readlinkat(i->fd, "", buf, sizeof buf);
@@ -320,8 +317,7 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
 void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                      const std::function<int(int, const char *)> &make) {
   Op op(req);
-  InodePtr p = inode_of(req, parent);
-  int err = op.error() ? op.error() : !p ? ESTALE : 0;
+  auto [p, err] = op.on(parent);
   fuse_entry_param e;
   if (!err) err = make_entry(req, op, p, name, mode, make, &e);
   if (err) fuse_reply_err(req, err);
@@ -351,8 +347,7 @@ void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char 
 void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                fuse_file_info *fi) {
   Op op(req);
-  InodePtr p = inode_of(req, parent);
-  int err = op.error() ? op.error() : !p ? ESTALE : 0;
+  auto [p, err] = op.on(parent);
   UniqueFd fd;
   fuse_entry_param e;
   if (!err)
