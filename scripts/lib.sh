@@ -93,7 +93,7 @@ txnfs_build_tsa() {
   fi
   local objs
   mapfile -t objs < <(ninja -C build-tsa -t targets all |
-    grep -E '^src/(txnfuse/txnfs\.p|store/libtxnstore\.a\.p|sync/libtxnsync\.a\.p)/[^:]*\.o:' |
+    grep -E '^src/(txnfuse/(txnfs\.p|libtxnfuse\.a\.p)|store/libtxnstore\.a\.p|sync/libtxnsync\.a\.p)/[^:]*\.o:' |
     cut -d: -f1)
   ((${#objs[@]} > 20)) || die "build-tsa: the daemon's object files are not where expected"
   ninja -C build-tsa "${objs[@]}"

@@ -1,4 +1,4 @@
-"""Transactions on a txnfs mount: a Python binding of libtxnfs (include/txnfs.h).
+"""Transactions on a txnfs mount: a Python binding of libtxnfs (include/txnfs/txnfs.h).
 
 A transaction groups file-system calls on one txnfs mount so that all of them take
 effect or none do::

@@ -1,7 +1,7 @@
-/* libtxnfs — the client side of txnfs transactions (include/txnfs.h).
+/* libtxnfs — the client side of txnfs transactions (include/txnfs/txnfs.h).
  *
  * Every call opens the given path on the mount, issues one ioctl of the control channel
- * (src/txnfuse/ioctl_abi.h) on that fd, closes it, and returns 0 or a negative errno.
+ * (include/txnfs/ioctl_abi.h) on that fd, closes it, and returns 0 or a negative errno.
  * The kernel forwards the ioctl to the daemon with the calling thread's id, uid and pid,
  * which is what binds a transaction to the thread (or process) that begins it. */
 #include "txnfs.h"

@@ -86,7 +86,7 @@ void accept_damage(const StorePaths &paths, MetaDb &db, const std::vector<Damage
     if (!d.kept.empty()) kept.insert(d.kept);
   }
   db.accept_damage(seen.back().id);
-  undo_io::Fd root(::open(paths.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd root(::open(paths.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) throw_errno("open " + paths.root, root.err());
   for (auto &k : kept) {
     std::string_view name = std::string_view(k).substr(std::min(k.size(), size_t(15)));
@@ -95,10 +95,10 @@ void accept_damage(const StorePaths &paths, MetaDb &db, const std::vector<Damage
       fmt::print("accepted: left {} alone (not a kept undo log)\n", k);
       continue;
     }
-    undo_io::remove_tree(root.fd(), k);
+    undo_io::remove_tree(root.get(), k);
     fmt::print("accepted: deleted the kept undo log {}/{}\n", paths.root, k);
   }
-  if (::syncfs(root.fd()) != 0) throw_errno("syncfs", errno);
+  if (::syncfs(root.get()) != 0) throw_errno("syncfs", errno);
 }
 
 }  // namespace
@@ -124,9 +124,9 @@ int fsck_command(const std::string &store, bool repair, bool accept) {
     for (auto &f : rep.handle_fixes) fmt::print("repaired: handle table: {}\n", f);
     for (auto &p : rep.problems) fmt::print("NOT RESTORED: {}\n", p);
     if (rep.handle_fixes.empty()) {
-      undo_io::Fd tree(::open(paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      UniqueFd tree(::open(paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
       if (!tree) throw_errno("open " + paths.tree, tree.err());
-      for (auto &f : reconcile_handles(tree.fd(), *db))
+      for (auto &f : reconcile_handles(tree.get(), *db))
         fmt::print("repaired: handle table: {}\n", f);
       db->sync();
     }

@@ -73,11 +73,9 @@ void walk(int dirfd, const std::string &path, uint64_t dir_ino, Objects &out,
     it->second.nlink = st.st_nlink;
     it->second.names++;
     if (S_ISDIR(st.st_mode)) {
-      int sub = ::openat(::dirfd(d), e->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0) {
-        walk(sub, child, st.st_ino, out, problems);
-        ::close(sub);
-      }
+      UniqueFd sub(
+          ::openat(::dirfd(d), e->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (sub) walk(sub.get(), child, st.st_ino, out, problems);
     }
   }
   ::closedir(d);
@@ -146,10 +144,11 @@ struct Checker {
       v.fix = Fix::Delete;
       return v;
     }
-    BackingId id = backing_id(fd);
+    UniqueFd found(fd);
+    BackingId id = backing_id(found.get());
     struct stat st;
-    ::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
-    ::close(fd);
+    ::fstatat(found.get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+    found.reset();
     if (id.ino != r.ino || id.generation != r.generation || nodeid_of(id.ino) != r.nodeid) {
       v.problems.push_back(fmt::format("{}: handle leads to inode {} generation {}, row says "
                                        "inode {} generation {}",
@@ -199,16 +198,12 @@ struct Checker {
 // A new row for the object `ino` of the tree, named by its first name found.
 HandleRow row_for(const Checker &c, uint64_t ino, const Object &obj) {
   std::string rel = obj.path == "/" ? "." : "." + obj.path;
-  int fd = ::openat(c.tree_fd, rel.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) throw_errno("open " + obj.path, errno);
   BackingId id;
-  try {
-    id = backing_id(fd);
-  } catch (...) {
-    ::close(fd);
-    throw;
+  {
+    UniqueFd fd(::openat(c.tree_fd, rel.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) throw_errno("open " + obj.path, fd.err());
+    id = backing_id(fd.get());
   }
-  ::close(fd);
   HandleRow row;
   row.nodeid = c.nodeid_of(ino);
   row.generation = id.generation;
@@ -236,12 +231,12 @@ void check_damage(const StorePaths &paths, MetaDb &db, FsckReport &rep) {
     if (!d.kept.empty()) kept.insert(d.kept);
   }
   std::string dir = damaged_dir(paths);
-  undo_io::Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd) {
     if (fd.err() == ENOENT) return;
     throw_errno("open " + dir, fd.err());
   }
-  for (const auto &e : undo_io::list_dir(fd.fd()))
+  for (const auto &e : undo_io::list_dir(fd.get()))
     if (!kept.count(".txnfs/damaged/" + e.name))
       rep.problems.push_back(fmt::format(
           "{}/{} is an undo log kept by an incomplete rollback, but no open damage record "
@@ -254,13 +249,11 @@ void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) 
   std::map<uint64_t, std::string> txns;
   for (auto &[id, state] : db.all_txns()) txns[id] = state;
   std::unordered_set<uint64_t> logs;
-  int backups_fd = ::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (backups_fd < 0) throw_errno("open " + paths.backups, errno);
+  UniqueFd backups(::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!backups) throw_errno("open " + paths.backups, backups.err());
+  int backups_fd = backups.get();
   DIR *d = ::fdopendir(::dup(backups_fd));
-  if (!d) {
-    ::close(backups_fd);
-    throw_errno("read " + paths.backups, errno);
-  }
+  if (!d) throw_errno("read " + paths.backups, errno);
   std::vector<std::string> names;
   while (dirent *e = ::readdir(d)) {
     std::string_view n = e->d_name;
@@ -305,7 +298,7 @@ void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) 
     for (auto &p : damage)
       rep.problems.push_back(fmt::format("undo log {}/{} is damaged: {}", paths.backups, n, p));
   }
-  ::close(backups_fd);
+  backups.reset();
   check_damage(paths, db, rep);
   for (auto &[id, state] : txns)
     if (!logs.count(id))
@@ -324,53 +317,47 @@ FsckReport fsck_store(const StorePaths &paths) {
   check_store_layout(paths);
   auto db = MetaDb::open(paths.db);
   FsckReport rep;
-  int tree_fd = ::open(paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (tree_fd < 0) throw_errno("open " + paths.tree, errno);
-  try {
-    Checker c(tree_fd);
-    rep.problems = c.walk_problems;
-    rep.objects = c.objects.size();
-    std::vector<HandleRow> all;
-    db->for_each_handle([&](const HandleRow &r) {
-      all.push_back(r);
-      c.ino_of_nodeid[r.nodeid] = r.ino;
-    });
-    rep.rows = all.size();
-    std::unordered_set<uint64_t> rows;
-    for (const HandleRow &r : all) {
-      rows.insert(r.nodeid);
-      for (auto &p : c.check(r).problems) rep.problems.push_back(std::move(p));
-    }
-    for (const auto &[ino, obj] : c.objects)
-      if (!rows.count(c.nodeid_of(ino)))
-        rep.problems.push_back(fmt::format(
-            "{} ({}, inode {}) has no handle row{}", obj.path, kind_of(obj), ino,
-            log_entry_name(obj.name)
-                ? ", and its name is one an undo log gives its entries (<seq> or <seq>.d): "
-                  "left in the tree by a rollback?"
-                : ""));
-    // With no undo log left, every name of an object is in the tree: a link count
-    // higher than the names found means a link elsewhere -- left in .txnfs by a rollback
-    // (a kept log) or made behind txnfs's back. (Logs hold links of stashed objects.)
-    bool logs;
-    {
-      undo_io::Fd b(::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-      if (!b) throw_errno("open " + paths.backups, b.err());
-      logs = !logged_transactions(b.fd()).empty();
-    }
-    for (const auto &[ino, obj] : c.objects)
-      if (!logs && !S_ISDIR(obj.mode) && obj.nlink > obj.names)
-        rep.problems.push_back(fmt::format(
-            "{} ({}, inode {}) has {} links but {} name{} in the tree: the other{} outside "
-            "the tree (in STORE/.txnfs, or made behind txnfs's back)",
-            obj.path, kind_of(obj), ino, obj.nlink, obj.names, obj.names == 1 ? "" : "s",
-            obj.nlink - obj.names == 1 ? " is" : "s are"));
-    check_recovery_state(paths, *db, rep);
-  } catch (...) {
-    ::close(tree_fd);
-    throw;
+  UniqueFd tree(::open(paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!tree) throw_errno("open " + paths.tree, tree.err());
+  Checker c(tree.get());
+  rep.problems = c.walk_problems;
+  rep.objects = c.objects.size();
+  std::vector<HandleRow> all;
+  db->for_each_handle([&](const HandleRow &r) {
+    all.push_back(r);
+    c.ino_of_nodeid[r.nodeid] = r.ino;
+  });
+  rep.rows = all.size();
+  std::unordered_set<uint64_t> rows;
+  for (const HandleRow &r : all) {
+    rows.insert(r.nodeid);
+    for (auto &p : c.check(r).problems) rep.problems.push_back(std::move(p));
   }
-  ::close(tree_fd);
+  for (const auto &[ino, obj] : c.objects)
+    if (!rows.count(c.nodeid_of(ino)))
+      rep.problems.push_back(fmt::format(
+          "{} ({}, inode {}) has no handle row{}", obj.path, kind_of(obj), ino,
+          log_entry_name(obj.name)
+              ? ", and its name is one an undo log gives its entries (<seq> or <seq>.d): "
+                "left in the tree by a rollback?"
+              : ""));
+  // With no undo log left, every name of an object is in the tree: a link count
+  // higher than the names found means a link elsewhere -- left in .txnfs by a rollback
+  // (a kept log) or made behind txnfs's back. (Logs hold links of stashed objects.)
+  bool logs;
+  {
+    UniqueFd b(::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!b) throw_errno("open " + paths.backups, b.err());
+    logs = !logged_transactions(b.get()).empty();
+  }
+  for (const auto &[ino, obj] : c.objects)
+    if (!logs && !S_ISDIR(obj.mode) && obj.nlink > obj.names)
+      rep.problems.push_back(fmt::format(
+          "{} ({}, inode {}) has {} links but {} name{} in the tree: the other{} outside "
+          "the tree (in STORE/.txnfs, or made behind txnfs's back)",
+          obj.path, kind_of(obj), ino, obj.nlink, obj.names, obj.names == 1 ? "" : "s",
+          obj.nlink - obj.names == 1 ? " is" : "s are"));
+  check_recovery_state(paths, *db, rep);
   return rep;
 }
 

@@ -23,19 +23,19 @@ using Clock = std::chrono::steady_clock;
 RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const RecoveryOptions &opts) {
   auto t0 = Clock::now();
   RecoveryReport rep;
-  undo_io::Fd tree(::open(paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd tree(::open(paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!tree) throw_errno("open " + paths.tree, tree.err());
-  undo_io::Fd backups(::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd backups(::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!backups) throw_errno("open " + paths.backups, backups.err());
   struct stat tst;
-  if (::fstat(tree.fd(), &tst) != 0) throw_errno("stat " + paths.tree, errno);
+  if (::fstat(tree.get(), &tst) != 0) throw_errno("stat " + paths.tree, errno);
 
   std::vector<uint64_t> committed = db.committed_txns();
   auto is_committed = [&](uint64_t id) {
     return std::binary_search(committed.begin(), committed.end(), id);
   };
   size_t records = db.all_txns().size();
-  std::vector<uint64_t> logs = logged_transactions(backups.fd());
+  std::vector<uint64_t> logs = logged_transactions(backups.get());
 
   // Look at every log to roll back before touching any: a damaged one stops recovery
   // while the store is still as the crash left it.
@@ -43,7 +43,7 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
   std::vector<std::string> damage;
   for (size_t k = 0; k < logs.size(); k++) {
     if (is_committed(logs[k])) continue;
-    for (auto &p : inspect_log(backups.fd(), logs[k], &steps_of[k]))
+    for (auto &p : inspect_log(backups.get(), logs[k], &steps_of[k]))
       damage.push_back(fmt::format("transaction {}: {}", logs[k], p));
   }
   if (!damage.empty()) {
@@ -74,7 +74,7 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
                               std::chrono::duration<double>(now - t0).count()));
   };
 
-  UndoContext ctx{tree.fd(), backups.fd(), [&](const UndoStep &) {
+  UndoContext ctx{tree.get(), backups.get(), [&](const UndoStep &) {
                     TXNFS_CRASH_POINT("recover.mid_undo");
                     done++;
                     tick(false);
@@ -101,14 +101,14 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
     for (auto &obj : r.removed) db.remove_handle(obj.ino == uint64_t(tst.st_ino) ? 1 : obj.ino);
   }
   // Every log is gone for good before the records that explain them go.
-  if (::syncfs(tree.fd()) != 0) throw_errno("syncfs", errno);
+  if (::syncfs(tree.get()) != 0) throw_errno("syncfs", errno);
   TXNFS_CRASH_POINT("recover.before_forget");
   if (!logs.empty() || records > 0 || !db.orphan_undo_records().empty()) {
     // A crash can leave rows of objects that are gone (created by a rolled-back
     // transaction, removed by a committed one) and names a rollback moved back.
     // Reconciled before the records go: while a record remains, the next recovery
     // reconciles again.
-    rep.handle_fixes = reconcile_handles(tree.fd(), db);
+    rep.handle_fixes = reconcile_handles(tree.get(), db);
     db.clear_txns();
     rep.records_forgotten = records;
     db.sync();

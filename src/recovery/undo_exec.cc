@@ -37,7 +37,6 @@
 
 namespace txnfs {
 
-using undo_io::Fd;
 using undo_io::proc_path;
 
 namespace {
@@ -141,28 +140,28 @@ class Executor {
 
   // The object `id` names, or no fd when it no longer exists (stale handle, or
   // unlinked and only kept alive by someone's open fd).
-  Fd open_obj(const BackingId &id, int flags, const char *what) {
+  UniqueFd open_obj(const BackingId &id, int flags, const char *what) {
     int fd = open_by_fh(ctx_.mount_fd, id.fh, flags | O_CLOEXEC);
-    if (fd == -ESTALE || fd == -ENOENT) return Fd();
+    if (fd == -ESTALE || fd == -ENOENT) return UniqueFd();
     if (fd < 0) fail(fmt::format("open {} (inode {}) by handle", what, id.ino), -fd);
-    Fd f(fd);
+    UniqueFd f(fd);
     struct stat st;
-    if (::fstat(f.fd(), &st) != 0) fail(fmt::format("stat {}", what), errno);
-    if (st.st_nlink == 0) return Fd();
+    if (::fstat(f.get(), &st) != 0) fail(fmt::format("stat {}", what), errno);
+    if (st.st_nlink == 0) return UniqueFd();
     return f;
   }
-  Fd open_dir(const BackingId &id, const char *what) {
+  UniqueFd open_dir(const BackingId &id, const char *what) {
     return open_obj(id, O_PATH | O_DIRECTORY, what);
   }
 
   // Does `name` in `dirfd` name the object `id`?
   bool names(int dirfd, const std::string &name, const BackingId &id) {
-    Fd f(::openat(dirfd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd f(::openat(dirfd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
     if (!f) {
       if (f.err() == ENOENT) return false;
       fail("look up " + shown(name), f.err());
     }
-    return same(backing_id(f.fd()), id);
+    return same(backing_id(f.get()), id);
   }
 
   bool in_log(const std::string &name, struct stat *st = nullptr) {
@@ -185,37 +184,37 @@ class Executor {
   // (not for symlinks, whose mode means nothing), and last atime/mtime, which the
   // changes before would have moved.
   bool attrs(const UndoStep &s) {
-    Fd o = open_obj(s.obj, O_PATH, "object");
+    UniqueFd o = open_obj(s.obj, O_PATH, "object");
     if (!o) return false;
-    std::string path = proc_path(o.fd());
+    std::string path = proc_path(o.get());
     struct stat st;
-    fstat_or_fail(o.fd(), st);
+    fstat_or_fail(o.get(), st);
     bool changed = false;
     std::optional<CapKeeper> caps;
     if (S_ISREG(st.st_mode)) caps.emplace(path);
     if (S_ISREG(st.st_mode) && uint64_t(st.st_size) != s.size) {
-      Fd w(::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+      UniqueFd w(::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
       if (!w) fail("open for truncate", w.err());
-      if (::ftruncate(w.fd(), off_t(s.size)) != 0) fail("truncate", errno);
+      if (::ftruncate(w.get(), off_t(s.size)) != 0) fail("truncate", errno);
       changed = true;
     }
     if (st.st_uid != s.uid || st.st_gid != s.gid) {
-      if (::fchownat(o.fd(), "", s.uid, s.gid, AT_EMPTY_PATH) != 0) fail("chown", errno);
+      if (::fchownat(o.get(), "", s.uid, s.gid, AT_EMPTY_PATH) != 0) fail("chown", errno);
       changed = true;
     }
     if (caps && changed) caps->restore();
     if (!S_ISLNK(st.st_mode)) {
-      fstat_or_fail(o.fd(), st);
+      fstat_or_fail(o.get(), st);
       if ((st.st_mode & 07777) != (s.mode & 07777)) {
         if (::chmod(path.c_str(), s.mode & 07777) != 0) fail("chmod", errno);
         changed = true;
       }
     }
-    fstat_or_fail(o.fd(), st);
+    fstat_or_fail(o.get(), st);
     if (st.st_atim.tv_sec != s.atime.tv_sec || st.st_atim.tv_nsec != s.atime.tv_nsec ||
         st.st_mtim.tv_sec != s.mtime.tv_sec || st.st_mtim.tv_nsec != s.mtime.tv_nsec) {
       timespec ts[2] = {s.atime, s.mtime};
-      if (::utimensat(o.fd(), "", ts, AT_EMPTY_PATH) != 0) fail("set times", errno);
+      if (::utimensat(o.get(), "", ts, AT_EMPTY_PATH) != 0) fail("set times", errno);
       changed = true;
     }
     if (changed) touch(s.obj);
@@ -227,27 +226,27 @@ class Executor {
   // clones a partial block only to a destination's EOF. Size and times are the Attrs
   // step's business (lower seq, so it runs after this one).
   bool data(const UndoStep &s) {
-    Fd o = open_obj(s.obj, O_PATH, "file");
+    UniqueFd o = open_obj(s.obj, O_PATH, "file");
     if (!o) return false;
     struct stat st;
-    fstat_or_fail(o.fd(), st);
+    fstat_or_fail(o.get(), st);
     if (!S_ISREG(st.st_mode)) throw Error("the object is not a regular file");
     std::string dn = data_name(s.seq);
-    Fd d(::openat(log_, dn.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd d(::openat(log_, dn.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!d) {
       if (d.err() == ENOENT) throw Error("data object " + dn + " is missing");
       fail("open " + dn, d.err());
     }
     struct stat dst;
-    fstat_or_fail(d.fd(), dst);
+    fstat_or_fail(d.get(), dst);
     if (!S_ISREG(dst.st_mode) || uint64_t(dst.st_size) < s.off + s.len)
       throw Error("data object " + dn + " is damaged (shorter than its range)");
-    CapKeeper caps(proc_path(o.fd()));
-    Fd w(::open(proc_path(o.fd()).c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY));
+    CapKeeper caps(proc_path(o.get()));
+    UniqueFd w(::open(proc_path(o.get()).c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY));
     if (!w) fail("open for writing", w.err());
-    if (uint64_t(st.st_size) < s.off + s.len && ::ftruncate(w.fd(), off_t(s.off + s.len)) != 0)
+    if (uint64_t(st.st_size) < s.off + s.len && ::ftruncate(w.get(), off_t(s.off + s.len)) != 0)
       fail("extend", errno);
-    if (int e = undo_io::put_range(d.fd(), w.fd(), s.off, s.len, true))
+    if (int e = undo_io::put_range(d.get(), w.get(), s.off, s.len, true))
       fail(fmt::format("restore {} bytes at {}", s.len, s.off), e);
     caps.restore();
     r_.bytes_restored += s.len;
@@ -265,10 +264,10 @@ class Executor {
       if (::unlinkat(log_, dn.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
         fail("remove " + dn, errno);
       changed = true;
-    } else if (Fd dir = open_dir(s.dir, "directory"); dir && names(dir.fd(), s.name, s.obj)) {
-      if (::fstatat(dir.fd(), s.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+    } else if (UniqueFd dir = open_dir(s.dir, "directory"); dir && names(dir.get(), s.name, s.obj)) {
+      if (::fstatat(dir.get(), s.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
         fail("stat " + shown(s.name), errno);
-      if (::unlinkat(dir.fd(), s.name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
+      if (::unlinkat(dir.get(), s.name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
         fail("remove " + shown(s.name), errno);
       touch(s.dir);
       changed = true;
@@ -279,9 +278,9 @@ class Executor {
   }
 
   bool linked(const UndoStep &s) {
-    Fd dir = open_dir(s.dir, "directory");
-    if (!dir || !names(dir.fd(), s.name, s.obj)) return false;
-    if (::unlinkat(dir.fd(), s.name.c_str(), 0) != 0) fail("unlink " + shown(s.name), errno);
+    UniqueFd dir = open_dir(s.dir, "directory");
+    if (!dir || !names(dir.get(), s.name, s.obj)) return false;
+    if (::unlinkat(dir.get(), s.name.c_str(), 0) != 0) fail("unlink " + shown(s.name), errno);
     touch(s.obj);
     touch(s.dir);
     return true;
@@ -291,9 +290,9 @@ class Executor {
     std::string dn = data_name(s.seq);
     if (!in_log(dn)) return false;  // never stashed, or already put back
     if (!names(log_, dn, s.obj)) throw Error(dn + " is not the object the step removed");
-    Fd dir = open_dir(s.dir, "directory");
+    UniqueFd dir = open_dir(s.dir, "directory");
     if (!dir) throw Error("cannot put back " + shown(s.name) + ": its directory is gone");
-    if (::renameat2(log_, dn.c_str(), dir.fd(), s.name.c_str(), RENAME_NOREPLACE) != 0)
+    if (::renameat2(log_, dn.c_str(), dir.get(), s.name.c_str(), RENAME_NOREPLACE) != 0)
       fail("put back " + shown(s.name), errno);
     touch(s.obj);
     touch(s.dir);
@@ -301,28 +300,28 @@ class Executor {
   }
 
   bool renamed(const UndoStep &s) {
-    Fd d2 = open_dir(s.dir2, "target directory");
-    bool at_target = d2 && names(d2.fd(), s.name2, s.obj);
+    UniqueFd d2 = open_dir(s.dir2, "target directory");
+    bool at_target = d2 && names(d2.get(), s.name2, s.obj);
     bool changed = false;
     if (at_target) {
-      Fd d = open_dir(s.dir, "source directory");
+      UniqueFd d = open_dir(s.dir, "source directory");
       if (!d) throw Error("cannot move back " + shown(s.name2) + ": the source directory is gone");
-      bool whiteout = (s.flags & RENAME_WHITEOUT) && is_whiteout(d.fd(), s.name);
+      bool whiteout = (s.flags & RENAME_WHITEOUT) && is_whiteout(d.get(), s.name);
       unsigned how = (s.flags & RENAME_EXCHANGE) || whiteout ? RENAME_EXCHANGE : RENAME_NOREPLACE;
-      if (::renameat2(d2.fd(), s.name2.c_str(), d.fd(), s.name.c_str(), how) != 0)
+      if (::renameat2(d2.get(), s.name2.c_str(), d.get(), s.name.c_str(), how) != 0)
         fail(fmt::format("move {} back to {}", shown(s.name2), shown(s.name)), errno);
-      if (whiteout) drop_whiteout(d2.fd(), s.name2);
+      if (whiteout) drop_whiteout(d2.get(), s.name2);
       touch(s.obj);
       touch(s.dir);
       touch(s.dir2);
       changed = true;
-    } else if ((s.flags & RENAME_WHITEOUT) && d2 && is_whiteout(d2.fd(), s.name2)) {
+    } else if ((s.flags & RENAME_WHITEOUT) && d2 && is_whiteout(d2.get(), s.name2)) {
       // An interrupted run swapped the object back with the whiteout but did not yet
       // remove the whiteout. (The transaction cannot have left one there itself: a
       // whiteout at the target was displaced into the log by this very rename.)
-      Fd d = open_dir(s.dir, "source directory");
-      if (d && names(d.fd(), s.name, s.obj)) {
-        drop_whiteout(d2.fd(), s.name2);
+      UniqueFd d = open_dir(s.dir, "source directory");
+      if (d && names(d.get(), s.name, s.obj)) {
+        drop_whiteout(d2.get(), s.name2);
         changed = true;
       }
     }
@@ -331,7 +330,7 @@ class Executor {
       if (in_log(dn)) {
         if (!d2)
           throw Error("cannot put back the displaced " + shown(s.name2) + ": directory gone");
-        if (::renameat2(log_, dn.c_str(), d2.fd(), s.name2.c_str(), RENAME_NOREPLACE) != 0)
+        if (::renameat2(log_, dn.c_str(), d2.get(), s.name2.c_str(), RENAME_NOREPLACE) != 0)
           fail("put back the displaced " + shown(s.name2), errno);
         touch(s.dir2);
         changed = true;
@@ -352,25 +351,25 @@ class Executor {
     return S_ISCHR(st.st_mode) && st.st_rdev == 0;
   }
   void drop_whiteout(int dirfd, const std::string &name) {
-    Fd w(::openat(dirfd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd w(::openat(dirfd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
     if (!w) fail("look up the whiteout " + shown(name), w.err());
-    BackingId id = backing_id(w.fd());
+    BackingId id = backing_id(w.get());
     if (::unlinkat(dirfd, name.c_str(), 0) != 0) fail("remove the whiteout " + shown(name), errno);
     r_.removed.push_back(id);
   }
 
   bool xattrs(const UndoStep &s) {
-    Fd o = open_obj(s.obj, O_PATH, "object");
+    UniqueFd o = open_obj(s.obj, O_PATH, "object");
     if (!o) return false;
     std::string dn = data_name(s.seq);
-    Fd d(::openat(log_, dn.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd d(::openat(log_, dn.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!d) {
       if (d.err() == ENOENT) throw Error("xattr snapshot " + dn + " is missing");
       fail("open " + dn, d.err());
     }
     undo_io::Xattrs want, have;
-    if (int e = undo_io::read_xattrs(proc_path(d.fd()), want)) fail("read " + dn, e);
-    std::string path = proc_path(o.fd());
+    if (int e = undo_io::read_xattrs(proc_path(d.get()), want)) fail("read " + dn, e);
+    std::string path = proc_path(o.get());
     if (int e = undo_io::read_xattrs(path, have)) fail("read xattrs", e);
     bool changed = false;
     for (const auto &[k, v] : have)
@@ -432,22 +431,22 @@ std::vector<UndoStep> read_steps(int log_fd, UndoResult &r) {
 // object: a crash part-way leaves the lowest steps, whose undo on the restored tree
 // changes nothing, and never a record without its data object.
 void remove_log(int backups_fd, const std::string &name) {
-  Fd log(::openat(backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd log(::openat(backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!log) {
     if (log.err() == ENOENT) return;
     if (log.err() != ENOTDIR && log.err() != ELOOP) throw_errno("open backups/" + name, log.err());
   } else {
     std::vector<uint64_t> seqs;
-    for (const auto &e : undo_io::list_dir(log.fd())) {
+    for (const auto &e : undo_io::list_dir(log.get())) {
       uint64_t seq;
       if (record_seq(e.name, seq)) seqs.push_back(seq);
     }
     std::sort(seqs.rbegin(), seqs.rend());
     for (uint64_t seq : seqs) {
-      if (::unlinkat(log.fd(), step_name(seq).c_str(), 0) != 0 && errno != ENOENT)
+      if (::unlinkat(log.get(), step_name(seq).c_str(), 0) != 0 && errno != ENOENT)
         throw_errno("remove record " + step_name(seq), errno);
       TXNFS_CRASH_POINT("log.mid_remove");
-      undo_io::remove_tree(log.fd(), data_name(seq));
+      undo_io::remove_tree(log.get(), data_name(seq));
     }
   }
   undo_io::remove_tree(backups_fd, name);  // strays, then the directory itself
@@ -458,13 +457,13 @@ void remove_log(int backups_fd, const std::string &name) {
 UndoResult undo_transaction(const UndoContext &ctx, uint64_t txid) {
   UndoResult r;
   std::string name = std::to_string(txid);
-  Fd log(::openat(ctx.backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd log(::openat(ctx.backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!log) {
     if (log.err() == ENOENT) return r;
     throw_errno("open undo log backups/" + name, log.err());
   }
-  std::vector<UndoStep> steps = read_steps(log.fd(), r);
-  Executor ex(ctx, log.fd(), r);
+  std::vector<UndoStep> steps = read_steps(log.get(), r);
+  Executor ex(ctx, log.get(), r);
   for (const UndoStep &s : steps) {
     if (ctx.before_step) ctx.before_step(s);
     ex.run(s);
@@ -479,16 +478,16 @@ UndoResult undo_transaction(const UndoContext &ctx, uint64_t txid) {
 std::vector<std::string> inspect_log(int backups_fd, uint64_t txid, uint64_t *steps) {
   UndoResult r;
   std::string name = std::to_string(txid);
-  Fd log(::openat(backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd log(::openat(backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!log) {
     if (log.err() == ENOENT) return {};
     throw_errno("open undo log backups/" + name, log.err());
   }
-  for (const UndoStep &s : read_steps(log.fd(), r)) {
+  for (const UndoStep &s : read_steps(log.get(), r)) {
     if (s.kind != StepKind::Data && s.kind != StepKind::Xattrs) continue;
     std::string dn = data_name(s.seq);
     struct stat st;
-    if (::fstatat(log.fd(), dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (::fstatat(log.get(), dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       r.problems.push_back(fmt::format("step {} ({}): its data object {} is missing",
                                        step_name(s.seq), step_kind_name(s.kind), dn));
     } else if (s.kind == StepKind::Data &&

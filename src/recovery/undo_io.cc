@@ -16,20 +16,6 @@
 
 namespace txnfs::undo_io {
 
-Fd &Fd::operator=(Fd &&o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.fd_;
-    err_ = o.err_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-Fd::~Fd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 std::string proc_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
 uint64_t clone_block(int fd) {
@@ -161,9 +147,9 @@ void remove_below(int dirfd, dev_t dev, const std::string &path) {
       if (st.st_dev != dev)
         throw Error("refusing to remove " + path + "/" + n +
                     ": another file system is mounted there");
-      Fd sub(::openat(dirfd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      UniqueFd sub(::openat(dirfd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!sub) throw_errno("open " + path + "/" + n, sub.err());
-      remove_below(sub.fd(), dev, path + "/" + n);
+      remove_below(sub.get(), dev, path + "/" + n);
     }
     if (::unlinkat(dirfd, n.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0 &&
         errno != ENOENT)
@@ -183,12 +169,12 @@ void remove_tree(int dirfd, const std::string &name) {
   if (S_ISDIR(st.st_mode)) {
     if (st.st_dev != parent.st_dev)
       throw Error("refusing to remove " + name + ": another file system is mounted there");
-    Fd sub(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd sub(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!sub) {
       if (sub.err() == ENOENT) return;
       throw_errno("open " + name, sub.err());
     }
-    remove_below(sub.fd(), parent.st_dev, name);
+    remove_below(sub.get(), parent.st_dev, name);
   }
   if (::unlinkat(dirfd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0 &&
       errno != ENOENT)

@@ -10,26 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "unique_fd.h"
+
 namespace txnfs::undo_io {
-
-// An fd closed when the object dies. fd() < 0: none (errno of the failed open kept in err).
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd), err_(fd < 0 ? errno : 0) {}
-  Fd(Fd &&o) noexcept : fd_(o.fd_), err_(o.err_) { o.fd_ = -1; }
-  Fd &operator=(Fd &&o) noexcept;
-  Fd(const Fd &) = delete;
-  Fd &operator=(const Fd &) = delete;
-  ~Fd();
-  int fd() const { return fd_; }
-  int err() const { return err_; }
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-  int err_ = 0;
-};
 
 // "/proc/self/fd/N": lets path-only calls (chmod, *xattr) act on the object an fd
 // (also an O_PATH fd, also of a symlink) refers to.

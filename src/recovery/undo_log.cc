@@ -16,7 +16,6 @@
 
 namespace txnfs {
 
-using undo_io::Fd;
 using undo_io::proc_path;
 
 // Sequence numbers start at 1 (0 means "nothing recorded") and are taken atomically,
@@ -38,23 +37,22 @@ std::string data_name(uint64_t seq) { return step_name(seq) + ".d"; }
 
 }  // namespace
 
-UndoLog::UndoLog(int dir_fd, uint64_t txid, bool reflink)
-    : dir_fd_(dir_fd), txid_(txid), reflink_(reflink), c_(std::make_unique<Counters>()) {}
+UndoLog::UndoLog(UniqueFd dir_fd, uint64_t txid, bool reflink)
+    : dir_fd_(std::move(dir_fd)), txid_(txid), reflink_(reflink), c_(std::make_unique<Counters>()) {}
 
-UndoLog::~UndoLog() { ::close(dir_fd_); }
+UndoLog::~UndoLog() = default;
 
 std::unique_ptr<UndoLog> UndoLog::create(int backups_fd, uint64_t txid, bool reflink) {
   std::string name = std::to_string(txid);
   if (::mkdirat(backups_fd, name.c_str(), 0700) != 0)
     throw_errno("create undo log backups/" + name, errno);
-  int fd = ::openat(backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
+  UniqueFd fd(::openat(backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
     ::unlinkat(backups_fd, name.c_str(), AT_REMOVEDIR);
-    throw_errno("open undo log backups/" + name, e);
+    throw_errno("open undo log backups/" + name, fd.err());
   }
   TXNFS_CRASH_POINT("undo.after_log_dir");
-  return std::unique_ptr<UndoLog>(new UndoLog(fd, txid, reflink));
+  return std::unique_ptr<UndoLog>(new UndoLog(std::move(fd), txid, reflink));
 }
 
 uint64_t UndoLog::steps() const { return c_->steps.load(); }
@@ -65,7 +63,7 @@ uint64_t UndoLog::backup_bytes() const { return c_->backup_bytes.load(); }
 uint64_t UndoLog::write_record(uint64_t seq, UndoStep &s) {
   s.seq = seq;
   std::string text = encode_step(s);
-  if (::symlinkat(text.c_str(), dir_fd_, step_name(seq).c_str()) != 0)
+  if (::symlinkat(text.c_str(), dir_fd_.get(), step_name(seq).c_str()) != 0)
     throw_errno(fmt::format("write undo record {}/{}", txid_, step_name(seq)), errno);
   c_->steps++;
   TXNFS_CRASH_POINT("undo.after_record");
@@ -98,28 +96,28 @@ uint64_t UndoLog::backup_range(int fd, UndoStep s) {
 
   // FICLONERANGE needs a readable source; pread needs a fd without O_DIRECT.
   int fl = ::fcntl(fd, F_GETFL);
-  Fd reopened;
+  UniqueFd reopened;
   if (fl < 0 || (fl & O_PATH) || (fl & O_ACCMODE) == O_WRONLY || (!reflink_ && (fl & O_DIRECT))) {
-    reopened = Fd(::open(proc_path(fd).c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+    reopened = UniqueFd(::open(proc_path(fd).c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
     if (!reopened) throw_errno("backup_range: reopen for reading", reopened.err());
-    fd = reopened.fd();
+    fd = reopened.get();
   }
 
   uint64_t seq = c_->next_seq++;
   std::string dname = data_name(seq);
-  Fd d(::openat(dir_fd_, dname.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  UniqueFd d(::openat(dir_fd_.get(), dname.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!d) throw_errno(fmt::format("create backup {}/{}", txid_, dname), d.err());
-  int e = reflink_ ? undo_io::clone_range(fd, d.fd(), start, end - start) : EOPNOTSUPP;
+  int e = reflink_ ? undo_io::clone_range(fd, d.get(), start, end - start) : EOPNOTSUPP;
   if (e == EOPNOTSUPP || e == EXDEV || e == ENOTTY || e == EINVAL) {
     // Copy mode, a file system without reflink, or a layout the kernel will not remap
     // (EINVAL; the range is aligned as the kernel asks, so this should not happen).
     // The copy lives in the page cache, so unlike a clone it must be flushed before the
     // caller overwrites the original.
-    e = undo_io::copy_range(fd, d.fd(), start, end - start);
-    if (e == 0 && ::fdatasync(d.fd()) != 0) e = errno;
+    e = undo_io::copy_range(fd, d.get(), start, end - start);
+    if (e == 0 && ::fdatasync(d.get()) != 0) e = errno;
   }
   if (e != 0) {
-    ::unlinkat(dir_fd_, dname.c_str(), 0);
+    ::unlinkat(dir_fd_.get(), dname.c_str(), 0);
     throw_errno(fmt::format("back up {} bytes at {}", end - start, start), e);
   }
   s.off = start;
@@ -128,7 +126,7 @@ uint64_t UndoLog::backup_range(int fd, UndoStep s) {
   try {
     write_record(seq, s);
   } catch (...) {
-    ::unlinkat(dir_fd_, dname.c_str(), 0);
+    ::unlinkat(dir_fd_.get(), dname.c_str(), 0);
     throw;
   }
   c_->backup_bytes += s.len;
@@ -146,12 +144,12 @@ int UndoLog::stash(int dirfd, const char *name, UndoStep s, uint64_t *seq_out) {
   } catch (const Error &) {
     return EINVAL;  // a name no directory entry can have
   }
-  if (::symlinkat(text.c_str(), dir_fd_, step_name(seq).c_str()) != 0) return errno;
+  if (::symlinkat(text.c_str(), dir_fd_.get(), step_name(seq).c_str()) != 0) return errno;
   c_->steps++;
   TXNFS_CRASH_POINT("undo.after_record");
-  if (::renameat2(dirfd, name, dir_fd_, data_name(seq).c_str(), RENAME_NOREPLACE) != 0) {
+  if (::renameat2(dirfd, name, dir_fd_.get(), data_name(seq).c_str(), RENAME_NOREPLACE) != 0) {
     int e = errno;
-    if (::unlinkat(dir_fd_, step_name(seq).c_str(), 0) == 0) c_->steps--;
+    if (::unlinkat(dir_fd_.get(), step_name(seq).c_str(), 0) == 0) c_->steps--;
     return e;
   }
   TXNFS_CRASH_POINT("undo.after_stash");
@@ -165,7 +163,7 @@ uint64_t UndoLog::reserve_seq() { return c_->next_seq++; }
 uint64_t UndoLog::append_reserved(uint64_t seq, UndoStep s) {
   if (s.kind != StepKind::Created) misuse("append_reserved", s);
   struct stat st;
-  if (::fstatat(dir_fd_, data_name(seq).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+  if (::fstatat(dir_fd_.get(), data_name(seq).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
     throw_errno(fmt::format("append_reserved: the new object {}/{}", txid_, data_name(seq)), errno);
   return write_record(seq, s);
 }
@@ -181,30 +179,30 @@ uint64_t UndoLog::snapshot_xattrs(int fd, UndoStep s) {
   uint64_t seq = c_->next_seq++;
   std::string dname = data_name(seq);
   bool dir = S_ISDIR(st.st_mode);
-  if (dir && ::mkdirat(dir_fd_, dname.c_str(), 0700) != 0)
+  if (dir && ::mkdirat(dir_fd_.get(), dname.c_str(), 0700) != 0)
     throw_errno(fmt::format("create xattr snapshot {}/{}", txid_, dname), errno);
-  Fd d(::openat(dir_fd_, dname.c_str(),
+  UniqueFd d(::openat(dir_fd_.get(), dname.c_str(),
                 (dir ? O_RDONLY | O_DIRECTORY : O_RDWR | O_CREAT | O_EXCL) | O_NOFOLLOW | O_CLOEXEC,
                 0600));
   int e = d ? 0 : d.err();
   // Drop what the kernel may have put on the new object (inherited default ACLs,
   // security labels), so the snapshot holds exactly the xattrs of `fd`.
   undo_io::Xattrs own;
-  if (e == 0) e = undo_io::read_xattrs(proc_path(d.fd()), own);
+  if (e == 0) e = undo_io::read_xattrs(proc_path(d.get()), own);
   for (auto it = own.begin(); e == 0 && it != own.end(); ++it)
-    if (::fremovexattr(d.fd(), it->first.c_str()) != 0 && errno != ENODATA) e = errno;
+    if (::fremovexattr(d.get(), it->first.c_str()) != 0 && errno != ENODATA) e = errno;
   for (auto it = xs.begin(); e == 0 && it != xs.end(); ++it)
-    if (::fsetxattr(d.fd(), it->first.c_str(), it->second.data(), it->second.size(), 0) != 0)
+    if (::fsetxattr(d.get(), it->first.c_str(), it->second.data(), it->second.size(), 0) != 0)
       e = errno;
   if (e != 0) {
-    ::unlinkat(dir_fd_, dname.c_str(), dir ? AT_REMOVEDIR : 0);
+    ::unlinkat(dir_fd_.get(), dname.c_str(), dir ? AT_REMOVEDIR : 0);
     throw_errno(fmt::format("snapshot xattrs into {}/{}", txid_, dname), e);
   }
   TXNFS_CRASH_POINT("undo.after_backup");
   try {
     write_record(seq, s);
   } catch (...) {
-    ::unlinkat(dir_fd_, dname.c_str(), dir ? AT_REMOVEDIR : 0);
+    ::unlinkat(dir_fd_.get(), dname.c_str(), dir ? AT_REMOVEDIR : 0);
     throw;
   }
   return seq;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "undo_step.h"
+#include "unique_fd.h"
 
 namespace txnfs {
 
@@ -23,7 +24,7 @@ class UndoLog {
   // --allow-copy-backups); the copy is fdatasync()ed, since unlike a clone it would
   // otherwise not be ordered before the in-place change.
   static std::unique_ptr<UndoLog> create(int backups_fd, uint64_t txid, bool reflink);
-  ~UndoLog();
+  ~UndoLog();  // closes the log directory
 
   // Records `s` (its seq is assigned here and returned). For Attrs, Linked, and
   // Renamed without a displaced target (also RENAME_EXCHANGE). Other kinds have their
@@ -57,15 +58,15 @@ class UndoLog {
   using Observer = std::function<void(uint64_t txid, const UndoStep &)>;
   void set_observer(Observer fn) { observer_ = std::move(fn); }
 
-  int dir_fd() const { return dir_fd_; }  // the log directory
+  int dir_fd() const { return dir_fd_.get(); }  // the log directory
   uint64_t txid() const { return txid_; }
   uint64_t steps() const;
   uint64_t backup_bytes() const;
 
  private:
-  UndoLog(int dir_fd, uint64_t txid, bool reflink);
+  UndoLog(UniqueFd dir_fd, uint64_t txid, bool reflink);
   uint64_t write_record(uint64_t seq, UndoStep &s);
-  int dir_fd_;
+  UniqueFd dir_fd_;
   uint64_t txid_;
   bool reflink_;
   struct Counters;

@@ -17,6 +17,7 @@
 #include "backing.h"
 #include "error.h"
 #include "metadb.h"
+#include "unique_fd.h"
 
 namespace txnfs {
 
@@ -34,29 +35,18 @@ StorePaths StorePaths::of(const std::string &store) {
 
 namespace {
 
-// An fd closed on scope exit.
-struct Fd {
-  int fd;
-  explicit Fd(int f) : fd(f) {}
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 void fsync_path(const std::string &path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.fd < 0 || ::fsync(fd.fd) != 0) throw_errno("fsync " + path, errno);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd || ::fsync(fd.get()) != 0) throw_errno("fsync " + path, errno);
 }
 
 }  // namespace
 
 bool dir_is_empty(int dirfd, const char *name) {
-  int fd = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  DIR *d = fd >= 0 ? ::fdopendir(fd) : nullptr;
-  if (!d) {
-    if (fd >= 0) ::close(fd);
-    return false;
-  }
+  UniqueFd fd(::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  DIR *d = fd ? ::fdopendir(fd.get()) : nullptr;
+  if (!d) return false;
+  fd.release();  // closedir closes it
   bool empty = true;
   while (dirent *e = ::readdir(d)) {
     std::string_view n = e->d_name;
@@ -70,17 +60,17 @@ bool dir_is_empty(int dirfd, const char *name) {
 }
 
 bool supports_reflink(const std::string &dir) {
-  Fd src(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-  Fd dst(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-  if (src.fd < 0 || dst.fd < 0) return false;
+  UniqueFd src(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  UniqueFd dst(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (!src || !dst) return false;
   char block[4096] = {1};
-  if (::pwrite(src.fd, block, sizeof block, 0) != ssize_t(sizeof block)) return false;
+  if (::pwrite(src.get(), block, sizeof block, 0) != ssize_t(sizeof block)) return false;
   file_clone_range r{};
-  r.src_fd = src.fd;
+  r.src_fd = src.get();
   r.src_offset = 0;
   r.src_length = sizeof block;
   r.dest_offset = 0;
-  return ::ioctl(dst.fd, FICLONERANGE, &r) == 0;
+  return ::ioctl(dst.get(), FICLONERANGE, &r) == 0;
 }
 
 void check_store_layout(const StorePaths &p) {
@@ -131,14 +121,14 @@ void init_store(const std::string &store, bool allow_copy_backups) {
     if (::mkdir(p.internal.c_str(), 0700) != 0) throw_errno("mkdir " + p.internal, errno);
     if (::mkdir(p.backups.c_str(), 0700) != 0) throw_errno("mkdir " + p.backups, errno);
     if (::mkdir(p.tree.c_str(), 0755) != 0) throw_errno("mkdir " + p.tree, errno);
-    Fd lock(::open(p.lock.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
-    if (lock.fd < 0) throw_errno("create " + p.lock, errno);
+    UniqueFd lock(::open(p.lock.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+    if (!lock) throw_errno("create " + p.lock, errno);
 
     auto db = MetaDb::create(p.db);
     db->set_meta("backups", reflink ? "reflink" : "copy");
-    Fd tree(::open(p.tree.c_str(), O_PATH | O_CLOEXEC));
-    if (tree.fd < 0) throw_errno("open " + p.tree, errno);
-    BackingId id = backing_id(tree.fd);
+    UniqueFd tree(::open(p.tree.c_str(), O_PATH | O_CLOEXEC));
+    if (!tree) throw_errno("open " + p.tree, errno);
+    BackingId id = backing_id(tree.get());
     HandleRow root;
     root.nodeid = 1;  // FUSE_ROOT_ID
     root.generation = id.generation;
@@ -159,22 +149,17 @@ void init_store(const std::string &store, bool allow_copy_backups) {
 }
 
 StoreLock::StoreLock(const StorePaths &paths) {
-  fd_ = ::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd_ < 0) throw_errno("open " + paths.lock, errno);
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  fd_.reset(::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd_) throw_errno("open " + paths.lock, errno);
+  if (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
     int err = errno;
-    ::close(fd_);
-    fd_ = -1;
+    fd_.reset();
     if (err == EWOULDBLOCK)
       throw Error(fmt::format("store {} is already mounted (another txnfs daemon holds {})",
                               paths.root, paths.lock),
                   "unmount it first, or use that mount");
     throw_errno("flock " + paths.lock, err);
   }
-}
-
-StoreLock::~StoreLock() {
-  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace txnfs

@@ -8,6 +8,8 @@
 #pragma once
 #include <string>
 
+#include "unique_fd.h"
+
 namespace txnfs {
 
 struct StorePaths {
@@ -33,12 +35,9 @@ void check_store_layout(const StorePaths &paths);
 class StoreLock {
  public:
   explicit StoreLock(const StorePaths &paths);
-  ~StoreLock();
-  StoreLock(const StoreLock &) = delete;
-  StoreLock &operator=(const StoreLock &) = delete;
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 }  // namespace txnfs

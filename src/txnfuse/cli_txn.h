@@ -1,5 +1,5 @@
 // The transaction subcommands of the txnfs CLI: run, begin, commit, abort, status.
-// They are clients of the daemon's control channel through libtxnfs (include/txnfs.h).
+// They are clients of the daemon's control channel through libtxnfs (include/txnfs/txnfs.h).
 //
 // Exit statuses
 //   begin, commit, abort, status:  0 success; 1 error (message on stderr)

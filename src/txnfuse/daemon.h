@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fs.h"
+#include "txn_limits.h"
 
 namespace txnfs {
 
@@ -16,9 +17,9 @@ struct MountOptions {
   bool force = false;  // serve a store marked damaged (see the damage table in schema.sql)
   std::vector<std::string> fuse_opts;  // extra -o options
   FsOptions fs;
-  std::chrono::milliseconds lock_timeout{10'000};
-  uint64_t max_ops = 1'000'000;
-  uint64_t max_backup_bytes = uint64_t(64) << 30;
+  std::chrono::milliseconds lock_timeout = TxnLimits::kDefaultLockTimeout;
+  uint64_t max_ops = TxnLimits::kDefaultMaxOps;
+  uint64_t max_backup_bytes = TxnLimits::kDefaultMaxBackupBytes;
 };
 
 // Mounts and serves until unmounted. Throws Error (having changed nothing) when the

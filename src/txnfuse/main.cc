@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
   mount->add_option("--attr-timeout", mo.fs.attr_timeout,
                     "seconds the kernel may cache attributes")->capture_default_str();
 
-  int64_t lock_timeout_ms = 10000;
+  int64_t lock_timeout_ms = mo.lock_timeout.count();
   mount->add_option("--lock-timeout-ms", lock_timeout_ms,
                     "longest wait for a lock before the request fails (ETIMEDOUT)")
       ->capture_default_str();

@@ -1,6 +1,7 @@
 #include "op.h"
 
 #include <atomic>
+#include <cerrno>
 
 #include "crash_point.h"
 #include "stall_watchdog.h"
@@ -11,7 +12,7 @@ namespace {
 std::atomic<uint64_t> next_plain_id{uint64_t(1) << 62};
 }
 
-Op::Op(fuse_req_t req) : fs_(fs_of(req)) {
+Op::Op(fuse_req_t req) : req_(req), fs_(fs_of(req)) {
   TxnManager &tm = *fs_.txns;
   if (!tm.any_open()) {
     // Fast path. begin() waits for these to drain before its transaction acts.
@@ -68,6 +69,24 @@ void Op::set_timeouts(fuse_entry_param &e, bool changed_entry) const {
 double Op::attr_timeout(uint64_t nodeid) const {
   if (txn_ && txn_->touched(nodeid)) return 0;
   return fs_.opts.attr_timeout;
+}
+
+Op::Target Op::on(uint64_t nodeid) {
+  Target t{inode_of(req_, nodeid)};
+  t.err = err_ ? err_ : !t.inode ? ESTALE : 0;
+  return t;
+}
+
+Op::Target Op::on_read(uint64_t nodeid) {
+  Target t{inode_of(req_, nodeid)};
+  t.err = read_error() ? read_error() : !t.inode ? ESTALE : 0;
+  return t;
+}
+
+Op::Target Op::on(uint64_t nodeid, LockMode mode) {
+  Target t = on(nodeid);
+  if (!t.err) t.err = lock_object(nodeid, mode);
+  return t;
 }
 
 }  // namespace txnfs

@@ -34,6 +34,20 @@ class Op {
   bool plain_isolated() const { return !txn_ && !lockless_; }
   Fs &fs() const { return fs_; }
 
+  // The inode a request acts on, and the errno to reply with instead (0: go on).
+  struct Target {
+    InodePtr inode;
+    int err = 0;
+  };
+  // The opening most handlers share: error() when the request must fail, else ESTALE
+  // when `nodeid` is unknown, else the result of taking `mode` on the object:
+  //   auto [i, err] = op.on(nodeid, LockMode::X);
+  Target on(uint64_t nodeid, LockMode mode);
+  // The same without a lock (the handler takes its own, or needs none).
+  Target on(uint64_t nodeid);
+  // As on(nodeid), for requests that only read: read_error() instead of error().
+  Target on_read(uint64_t nodeid);
+
   // Takes `mode` on `key`; returns 0 or an errno to reply with. A transaction that
   // cannot get a lock (deadlock victim, timeout) becomes abort-only.
   int lock(const LockKey &key, LockMode mode);
@@ -53,6 +67,7 @@ class Op {
   double attr_timeout(uint64_t nodeid) const;
 
  private:
+  fuse_req_t req_;
   Fs &fs_;
   TxnPtr txn_;
   std::unique_ptr<LockOwner> plain_;  // a plain request's own locks

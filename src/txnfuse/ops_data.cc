@@ -20,8 +20,7 @@ namespace {
 
 void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  auto [i, err] = op.on(nodeid);
   if (!err && (fi->flags & O_TRUNC)) {
     err = op.lock_object(nodeid, LockMode::X);
     if (!err && op.txn()) err = save_truncate(op.fs(), *op.txn(), *i, 0);
@@ -71,16 +70,11 @@ void read_committed(fuse_req_t req, Fs &fs, fuse_ino_t nodeid, size_t size, off_
   for (auto &[a, v] : b->ranges) {
     uint64_t lo = std::max(a, start), hi = std::min(v.first, start + len);
     if (lo >= hi) continue;
-    int dfd = ::openat(b->log_fd, v.second.c_str(), O_RDONLY | O_CLOEXEC);
-    if (dfd < 0) continue;  // the transaction committed meanwhile: the tree is current
-    ssize_t r = ::pread(dfd, buf.data() + (lo - start), hi - lo, off_t(lo));
-    ::close(dfd);
-    if (r < 0) {
-      ::close(b->log_fd);
+    UniqueFd dfd(::openat(b->log.get(), v.second.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!dfd) continue;  // the transaction committed meanwhile: the tree is current
+    if (::pread(dfd.get(), buf.data() + (lo - start), hi - lo, off_t(lo)) < 0)
       return (void)fuse_reply_err(req, EIO);
-    }
   }
-  ::close(b->log_fd);
   fuse_reply_buf(req, buf.data(), len);
 }
 
@@ -99,8 +93,7 @@ void op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off, fuse_fil
 void op_write_buf(fuse_req_t req, fuse_ino_t nodeid, fuse_bufvec *in, off_t off,
                   fuse_file_info *fi) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *i, off, fuse_buf_size(in));
   if (!err) err = kill_privs(req, fd_of(fi), fi->fh & kDirectIoFh);
   if (err) return (void)fuse_reply_err(req, err);
@@ -116,8 +109,7 @@ void op_write_buf(fuse_req_t req, fuse_ino_t nodeid, fuse_bufvec *in, off_t off,
 void op_fallocate(fuse_req_t req, fuse_ino_t nodeid, int mode, off_t off, off_t len,
                   fuse_file_info *fi) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) {
     Txn &t = *op.txn();
     if (mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE))
@@ -175,33 +167,27 @@ void reply_xattr_result(fuse_req_t req, size_t size, ssize_t n, const std::vecto
 }
 
 // Where a request reads xattrs: the object itself, or — for a plain request while an
-// open transaction has changed them — the snapshot that transaction saved. Returns
-// an O_PATH fd to close, or -errno.
-int xattr_source(Op &op, const Inode &i) {
-  if (!op.plain_isolated() || !op.fs().pending.object(i.nodeid))
-    return ::fcntl(i.fd, F_DUPFD_CLOEXEC, 0);
-  auto b = op.fs().pending.object(i.nodeid);
-  int fd = b && !b->xattrs.empty()
-               ? ::openat(b->log_fd, b->xattrs.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)
-               : ::fcntl(i.fd, F_DUPFD_CLOEXEC, 0);
-  if (b) ::close(b->log_fd);
-  return fd >= 0 ? fd : -errno;
+// open transaction has changed them — the snapshot that transaction saved. An O_PATH
+// fd (err() tells why there is none).
+UniqueFd xattr_source(Op &op, const Inode &i) {
+  std::optional<ObjectBefore> b;
+  if (op.plain_isolated()) b = op.fs().pending.object(i.nodeid);
+  if (b && !b->xattrs.empty())
+    return UniqueFd(::openat(b->log.get(), b->xattrs.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  return UniqueFd(::fcntl(i.fd, F_DUPFD_CLOEXEC, 0));
 }
 
 // getxattr/listxattr: `call(path, buf, size)` on the xattr source of the object.
 template <typename Call>
 void read_xattrs(fuse_req_t req, fuse_ino_t nodeid, size_t size, Call call) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : 0;
+  auto [i, err] = op.on(nodeid);
   if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
-  int fd = err ? -err : xattr_source(op, *i);
-  if (fd < 0) return (void)fuse_reply_err(req, -fd);
+  if (err) return (void)fuse_reply_err(req, err);
+  UniqueFd fd = xattr_source(op, *i);
+  if (!fd) return (void)fuse_reply_err(req, fd.err());
   std::vector<char> buf(size);
-  ssize_t n = call(proc_path(fd).c_str(), size ? buf.data() : nullptr, size);
-  int e = errno;
-  ::close(fd);
-  errno = e;
+  ssize_t n = call(proc_path(fd.get()).c_str(), size ? buf.data() : nullptr, size);
   reply_xattr_result(req, size, n, buf);
 }
 
@@ -220,8 +206,7 @@ void op_listxattr(fuse_req_t req, fuse_ino_t nodeid, size_t size) {
 void op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, const char *value,
                  size_t size, int flags) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_xattrs(op.fs(), *op.txn(), *i);
   if (err) return (void)fuse_reply_err(req, err);
   int rc = ::setxattr(proc_path(i->fd).c_str(), name, value, size, flags);
@@ -230,8 +215,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, const char
 
 void op_removexattr(fuse_req_t req, fuse_ino_t nodeid, const char *name) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_xattrs(op.fs(), *op.txn(), *i);
   if (err) return (void)fuse_reply_err(req, err);
   int rc = ::removexattr(proc_path(i->fd).c_str(), name);

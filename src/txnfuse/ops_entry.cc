@@ -70,28 +70,25 @@ void record_handle(Fs &fs, const Inode &i, const BackingId &id, uint64_t parent,
   fs.db->put_handle(row);
 }
 
-// Shared tail of lookups: `fd` (owned) is an O_PATH fd to the object found as
-// `name` in `parent`.
-int lookup_fd(Fs &fs, int fd, uint64_t parent, const char *name, bool fresh,
+// Shared tail of lookups: `fd` is an O_PATH fd to the object found as `name` in
+// `parent`; a new inode keeps it.
+int lookup_fd(Fs &fs, UniqueFd fd, uint64_t parent, const char *name, bool fresh,
               fuse_entry_param *e) {
   struct stat st;
-  if (int err = stat_fd(fd, &st)) {
-    ::close(fd);
-    return err;
-  }
+  if (int err = stat_fd(fd.get(), &st)) return err;
   uint64_t nodeid = fs.nodeid_of(st.st_ino);
   if (InodePtr known = fs.inodes.get(nodeid)) {
-    ::close(fd);
+    fd.reset();
     known = fs.inodes.add_lookup(known);
     fill_entry(fs, *known, st, e);
     return 0;
   }
   auto i = std::make_shared<Inode>();
-  i->fd = fd;
+  i->fd = fd.release();
   i->ino = st.st_ino;
   i->nodeid = nodeid;
   i->type = st.st_mode & S_IFMT;
-  BackingId id = backing_id(fd);
+  BackingId id = backing_id(i->fd);
   i->generation = id.generation;
   i->fh = id.fh;
   record_handle(fs, *i, id, parent, name, fresh);
@@ -104,9 +101,9 @@ int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
                 fuse_entry_param *e) {
   if (parent->nodeid == FUSE_ROOT_ID && std::strcmp(name, "..") == 0)
     name = ".";  // the tree root is its own parent: never step into the store
-  int fd = ::openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return errno;
-  return lookup_fd(fs, fd, parent->nodeid, name, fresh, e);
+  UniqueFd fd(::openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return fd.err();
+  return lookup_fd(fs, std::move(fd), parent->nodeid, name, fresh, e);
 }
 
 // LOOKUP(nodeid, "."): the kernel resolving a file handle (possibly from before a
@@ -122,14 +119,11 @@ int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e) {
   }
   auto row = fs.db->handle(nodeid);
   if (!row) return ENOENT;  // the kernel reports ESTALE
-  int fd = open_by_fh(fs.tree_fd, row->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return ENOENT;
+  UniqueFd fd(open_by_fh(fs.tree_fd, row->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return ENOENT;
   struct stat st;
-  if (stat_fd(fd, &st) != 0 || st.st_ino != row->ino || st.st_nlink == 0) {
-    ::close(fd);
-    return ENOENT;
-  }
-  return lookup_fd(fs, fd, 0, nullptr, false, e);
+  if (stat_fd(fd.get(), &st) != 0 || st.st_ino != row->ino || st.st_nlink == 0) return ENOENT;
+  return lookup_fd(fs, std::move(fd), 0, nullptr, false, e);
 }
 
 // Plain requests while transactions are open read attributes without waiting: the
@@ -138,7 +132,6 @@ int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e) {
 bool committed_attrs(Fs &fs, uint64_t nodeid, struct stat &st) {
   auto b = fs.pending.object(nodeid);
   if (!b) return true;
-  ::close(b->log_fd);
   st = b->st;
   return false;
 }
@@ -155,9 +148,9 @@ int lookup_committed(Fs &fs, const InodePtr &parent, const char *name, fuse_entr
   if (!before) return err;
   if (err == 0) fs.inodes.forget(e->ino, 1);
   if (!before->existed) return ENOENT;
-  int fd = open_by_fh(fs.tree_fd, before->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return ENOENT;
-  return lookup_fd(fs, fd, 0, nullptr, false, e);
+  UniqueFd fd(open_by_fh(fs.tree_fd, before->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return ENOENT;
+  return lookup_fd(fs, std::move(fd), 0, nullptr, false, e);
 }
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
@@ -214,9 +207,8 @@ void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data *forgets) {
 
 void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
+  auto [i, err] = op.on_read(nodeid);
   struct stat st;
-  int err = op.read_error() ? op.read_error() : !i ? ESTALE : 0;
   if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
   if (!err) err = stat_fd(i->fd, &st);
   if (err) return (void)fuse_reply_err(req, err);
@@ -229,8 +221,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
 void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
                 fuse_file_info *fi) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
-  int err = op.error() ? op.error() : !i ? ESTALE : op.lock_object(nodeid, LockMode::X);
+  auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn())
     err = (valid & FUSE_SET_ATTR_SIZE) ? save_truncate(op.fs(), *op.txn(), *i, attr->st_size)
                                        : save_attrs(op.fs(), *op.txn(), *i);
@@ -266,9 +257,8 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
 
 void op_readlink(fuse_req_t req, fuse_ino_t nodeid) {
   Op op(req);
-  InodePtr i = inode_of(req, nodeid);
   // A symlink's target never changes (only its name does): no lock needed.
-  int err = op.read_error() ? op.read_error() : !i ? ESTALE : 0;
+  auto [i, err] = op.on_read(nodeid);
   if (err) return (void)fuse_reply_err(req, err);
   char buf[PATH_MAX + 1];
   ssize_t n = ::readlinkat(i->fd, "", buf, sizeof buf);
@@ -327,8 +317,7 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
 void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                      const std::function<int(int, const char *)> &make) {
   Op op(req);
-  InodePtr p = inode_of(req, parent);
-  int err = op.error() ? op.error() : !p ? ESTALE : 0;
+  auto [p, err] = op.on(parent);
   fuse_entry_param e;
   if (!err) err = make_entry(req, op, p, name, mode, make, &e);
   if (err) fuse_reply_err(req, err);
@@ -358,23 +347,19 @@ void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char 
 void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                fuse_file_info *fi) {
   Op op(req);
-  InodePtr p = inode_of(req, parent);
-  int err = op.error() ? op.error() : !p ? ESTALE : 0;
-  int fd = -1;
+  auto [p, err] = op.on(parent);
+  UniqueFd fd;
   fuse_entry_param e;
   if (!err)
     err = make_entry(req, op, p, name, S_IFREG | mode, [&](int dirfd, const char *n) {
-      fd = ::openat(dirfd, n, backing_open_flags(fi->flags) | O_CREAT | O_EXCL, mode);
-      return fd < 0 ? errno : 0;
+      fd.reset(::openat(dirfd, n, backing_open_flags(fi->flags) | O_CREAT | O_EXCL, mode));
+      return fd ? 0 : fd.err();
     }, &e);
-  if (err) {
-    if (fd >= 0) ::close(fd);
-    return (void)fuse_reply_err(req, err);
-  }
+  if (err) return (void)fuse_reply_err(req, err);
   fi->keep_cache = op.cacheable();
   fi->noflush = 1;
   fi->direct_io = !op.cacheable() || (fi->flags & O_DIRECT);
-  set_fh(fi, fd);
+  set_fh(fi, fd.release());
   fuse_reply_create(req, &e, fi);
 }
 

@@ -13,7 +13,7 @@ void PendingEntries::record(uint64_t txid, uint64_t dir, const std::string &name
 
 void PendingEntries::forget(uint64_t txid) {
   MutexLock g(mu_);
-  std::erase_if(objects_, [&](auto &kv) { return kv.second.first == txid; });
+  std::erase_if(objects_, [&](auto &kv) { return kv.second.txid == txid; });
   auto t = by_txn_.find(txid);
   if (t == by_txn_.end()) return;
   for (auto &[dir, name] : t->second) {
@@ -54,30 +54,28 @@ namespace txnfs {
 
 void PendingEntries::note_attrs(uint64_t txid, uint64_t nodeid, const struct stat &st, int log_fd) {
   MutexLock g(mu_);
-  ObjectBefore b;
-  b.st = st;
-  b.log_fd = log_fd;
-  objects_.try_emplace(nodeid, txid, std::move(b));
+  objects_.try_emplace(nodeid, Noted{txid, log_fd, ObjectState{st, {}, {}}});
 }
 
 void PendingEntries::note_range(uint64_t nodeid, uint64_t off, uint64_t end, std::string obj) {
   MutexLock g(mu_);
   auto it = objects_.find(nodeid);
-  if (it != objects_.end()) it->second.second.ranges[off] = {end, std::move(obj)};
+  if (it != objects_.end()) it->second.state.ranges[off] = {end, std::move(obj)};
 }
 
 void PendingEntries::note_xattrs(uint64_t nodeid, std::string obj) {
   MutexLock g(mu_);
   auto it = objects_.find(nodeid);
-  if (it != objects_.end()) it->second.second.xattrs = std::move(obj);
+  if (it != objects_.end()) it->second.state.xattrs = std::move(obj);
 }
 
 std::optional<ObjectBefore> PendingEntries::object(uint64_t nodeid) {
   MutexLock g(mu_);
   auto it = objects_.find(nodeid);
   if (it == objects_.end()) return std::nullopt;
-  ObjectBefore b = it->second.second;
-  b.log_fd = ::fcntl(b.log_fd, F_DUPFD_CLOEXEC, 0);  // the log may close once we unlock
+  ObjectBefore b;
+  static_cast<ObjectState &>(b) = it->second.state;
+  b.log.reset(::fcntl(it->second.log_fd, F_DUPFD_CLOEXEC, 0));  // the log may close once we unlock
   return b;
 }
 

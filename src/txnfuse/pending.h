@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "mutex.h"
+#include "unique_fd.h"
 
 namespace txnfs {
 
@@ -31,11 +32,16 @@ struct EntryBefore {
 
 // The committed state of an object an open transaction changed: its attributes
 // before the first change, and where the data and xattrs it overwrote are kept.
-struct ObjectBefore {
+struct ObjectState {
   struct stat st {};
-  int log_fd = -1;                                   // the transaction's log directory
   std::map<uint64_t, std::pair<uint64_t, std::string>> ranges;  // off -> (end, data object)
   std::string xattrs;                                // data object with the xattrs, or ""
+};
+
+// A reader's copy of it, with its own fd of the transaction's log directory (the
+// names in `ranges` and `xattrs` are relative to it).
+struct ObjectBefore : ObjectState {
+  UniqueFd log;
 };
 
 class PendingEntries {
@@ -56,14 +62,18 @@ class PendingEntries {
   void note_range(uint64_t nodeid, uint64_t off, uint64_t end, std::string data_object)
       EXCLUDES(mu_);
   void note_xattrs(uint64_t nodeid, std::string data_object) EXCLUDES(mu_);
-  // The committed state of `nodeid` if an open transaction changed it. log_fd in the
-  // copy is dup()ed for the caller, who closes it.
+  // The committed state of `nodeid` if an open transaction changed it. `log` in the
+  // copy is a dup() of the log directory's fd: the log may close once this returns.
   std::optional<ObjectBefore> object(uint64_t nodeid) EXCLUDES(mu_);
 
  private:
   Mutex mu_{LockRank::kPending};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
-  // nodeid -> (txid, state)
-  std::unordered_map<uint64_t, std::pair<uint64_t, ObjectBefore>> objects_ GUARDED_BY(mu_);
+  struct Noted {
+    uint64_t txid;
+    int log_fd;  // the transaction's log directory (its UndoLog owns the fd)
+    ObjectState state;
+  };
+  std::unordered_map<uint64_t, Noted> objects_ GUARDED_BY(mu_);  // by nodeid
   std::unordered_map<uint64_t, std::map<std::string, std::pair<uint64_t, EntryBefore>>> dirs_
       GUARDED_BY(mu_);
   std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, std::string>>> by_txn_

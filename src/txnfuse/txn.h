@@ -31,18 +31,13 @@
 #include "lock_manager.h"
 #include "mutex.h"
 #include "step_mirror.h"
+#include "txn_limits.h"
 #include "txnfs.h"
 #include "undo_log.h"
 
 namespace txnfs {
 
 struct Fs;
-
-struct TxnLimits {
-  uint64_t max_ops = 1'000'000;
-  uint64_t max_backup_bytes = uint64_t(64) << 30;
-  std::chrono::milliseconds lock_timeout{10'000};
-};
 
 // What a transaction did to one object; guarded by Txn::mu.
 struct TouchedObject {

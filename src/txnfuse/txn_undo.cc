@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -15,6 +14,7 @@
 #include "crash_point.h"
 #include "error.h"
 #include "undo_step.h"
+#include "unique_fd.h"
 
 namespace txnfs {
 
@@ -50,7 +50,7 @@ int recording(Fs &fs, Txn &t, const char *what, F &&fn) REQUIRES(t.mu) {
     return err;
   } catch (const std::exception &e) {
     spdlog::error("transaction {}: cannot record undo for {}: {}", t.id(), what, e.what());
-    int err = std::strstr(e.what(), std::strerror(ENOSPC)) ? ENOSPC : EIO;
+    int err = errno_in(e) == ENOSPC ? ENOSPC : EIO;
     t.doom(err);
     return err;
   }
@@ -99,12 +99,10 @@ void save_attrs_locked(Fs &fs, Txn &t, const Inode &obj) REQUIRES(t.mu) {
 // before the transaction's first change to that entry.
 void note_before(Fs &fs, Txn &t, const Inode &dir, const char *name) {
   EntryBefore b;
-  int fd = ::openat(dir.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd >= 0) {
-    BackingId id = backing_id(fd);
+  if (UniqueFd fd{::openat(dir.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC)}) {
+    BackingId id = backing_id(fd.get());
     struct stat st;
-    ::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
-    ::close(fd);
+    ::fstatat(fd.get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
     b.existed = true;
     b.ino = id.ino;
     b.fh = id.fh;
@@ -183,24 +181,18 @@ int save_range(Fs &fs, Txn &t, const Inode &obj, uint64_t off, uint64_t len) {
     if (off >= end) return 0;  // only data the file held when the transaction began
     auto gaps = o.backed_up.missing(off, end);
     if (gaps.empty()) return 0;
-    int fd = ::open(proc_path(obj.fd).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw_errno("open for backup", errno);
-    try {
-      for (auto [a, b] : gaps) {
-        UndoStep s;
-        s.kind = StepKind::Data;
-        s.obj = id_of(obj);
-        s.off = a;
-        s.len = b - a;
-        uint64_t seq = log_of(fs, t).backup_range(fd, s);
-        if (seq) fs.pending.note_range(obj.nodeid, a, b, step_name(seq) + ".d");
-        o.backed_up.add(a, b);
-      }
-    } catch (...) {
-      ::close(fd);
-      throw;
+    UniqueFd fd(::open(proc_path(obj.fd).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) throw_errno("open for backup", fd.err());
+    for (auto [a, b] : gaps) {
+      UndoStep s;
+      s.kind = StepKind::Data;
+      s.obj = id_of(obj);
+      s.off = a;
+      s.len = b - a;
+      uint64_t seq = log_of(fs, t).backup_range(fd.get(), s);
+      if (seq) fs.pending.note_range(obj.nodeid, a, b, step_name(seq) + ".d");
+      o.backed_up.add(a, b);
     }
-    ::close(fd);
     return 0;
   });
 }
@@ -259,16 +251,15 @@ int txn_make(Fs &fs, Txn &t, const Inode &parent, const char *name, mode_t mode,
       return err;
     }
     TXNFS_CRASH_POINT("txn.after_born");
-    int ofd = ::openat(log.dir_fd(), tmp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (ofd < 0) {
-      int err = errno;
+    UniqueFd ofd(::openat(log.dir_fd(), tmp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!ofd) {
       discard();
-      return err;
+      return ofd.err();
     }
     UndoStep s;
     s.kind = StepKind::Created;
-    s.obj = backing_id(ofd);
-    ::close(ofd);
+    s.obj = backing_id(ofd.get());
+    ofd.reset();
     s.dir = id_of(parent);
     s.name = name;
     s.flags = S_ISDIR(mode) ? 1 : 0;
@@ -300,12 +291,12 @@ int txn_remove(Fs &fs, Txn &t, const Inode &parent, const char *name, bool is_di
     // reverse of what happened, and the steps after its creation (an exchange that
     // moved it to another name, a link) expect it back where they left it.
     save_attrs_locked(fs, t, parent);
-    int vfd = ::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (vfd < 0) return errno;
+    UniqueFd vfd(::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!vfd) return vfd.err();
     UndoStep s;
     s.kind = StepKind::Removed;
-    s.obj = backing_id(vfd);
-    ::close(vfd);
+    s.obj = backing_id(vfd.get());
+    vfd.reset();  // before the stash moves the object away
     s.dir = id_of(parent);
     s.name = name;
     s.flags = is_dir ? 1 : 0;
@@ -339,20 +330,20 @@ int txn_rename(Fs &fs, Txn &t, const Inode &parent, const char *name, const Inod
     save_attrs_locked(fs, t, newparent);
     note_before(fs, t, parent, name);
     note_before(fs, t, newparent, newname);
-    int sfd = ::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (sfd < 0) return errno;
     UndoStep s;
     s.kind = StepKind::Renamed;
-    s.obj = backing_id(sfd);
-    // A directory that changes parent has its ".." rewritten, which changes its
-    // own times: keep them too (for both sides of an exchange).
-    if (S_ISDIR(sst.st_mode)) save_attrs_locked(fs, t, sfd, s.obj);
-    ::close(sfd);
+    {
+      UniqueFd sfd(::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!sfd) return sfd.err();
+      s.obj = backing_id(sfd.get());
+      // A directory that changes parent has its ".." rewritten, which changes its
+      // own times: keep them too (for both sides of an exchange).
+      if (S_ISDIR(sst.st_mode)) save_attrs_locked(fs, t, sfd.get(), s.obj);
+    }
     if ((flags & RENAME_EXCHANGE) && S_ISDIR(dst.st_mode)) {
-      int dfd = ::openat(newparent.fd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-      if (dfd < 0) return errno;
-      save_attrs_locked(fs, t, dfd, backing_id(dfd));
-      ::close(dfd);
+      UniqueFd dfd(::openat(newparent.fd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!dfd) return dfd.err();
+      save_attrs_locked(fs, t, dfd.get(), backing_id(dfd.get()));
     }
     s.dir = id_of(parent);
     s.name = name;

@@ -53,7 +53,7 @@ def test_install_puts_every_piece_in_place(staged):
     assert prefix == "/usr/local", "the default prefix is what this test installs"
     root = Path(str(dest) + prefix)
     lib = Path(str(dest) + libdir)
-    for f in ["bin/txnfs", "bin/txnfs-nfs", "include/txnfs.h", "share/txnfs/schema.sql",
+    for f in ["bin/txnfs", "bin/txnfs-nfs", "include/txnfs/txnfs.h", "share/txnfs/schema.sql",
               "share/txnfs/ganesha.conf", "share/txnfs/txnfs.env.example",
               "lib/systemd/system/txnfs@.service", "lib/systemd/system/txnfs-ganesha@.service"]:
         assert (root / f).is_file(), f"{prefix}/{f} not installed"

@@ -656,3 +656,41 @@ def test_deadlock_opposite_order(mnt):
 if __name__ == "__main__":
     role, *args = sys.argv[1:]
     print(json.dumps(_worker_main(WORKERS[role], *args)), flush=True)
+
+
+XATTR_READER = r"""
+import os, sys
+path, n = sys.argv[1], int(sys.argv[2])
+seen = set()
+for _ in range(n):
+    seen.add(os.getxattr(path, "user.tag"))
+for _ in range(n):
+    seen.add(tuple(sorted(os.listxattr(path))))
+print(sorted(map(repr, seen)))
+"""
+
+
+def test_plain_xattr_reads_of_changed_object_keep_no_fds(mnt):
+    """Plain getxattr/listxattr of an object an open transaction changed read the
+    committed xattrs from the transaction's snapshot, and each call leaves the daemon
+    with as many open fds as before (a regression: every call leaked one)."""
+    f = mnt.path / "xattr-leak"
+    f.write_bytes(b"data")
+    os.setxattr(f, "user.tag", b"committed")
+    fd_dir = Path(f"/proc/{mnt.pid}/fd")
+    n = 1000
+    tid = tl.txn_begin(mnt.path)            # bound to this thread
+    try:
+        os.setxattr(f, "user.tag", b"uncommitted")
+        os.setxattr(f, "user.added", b"uncommitted")
+        before = len(os.listdir(fd_dir))
+        # a separate process: its requests are plain ones
+        out = tl.run([PY, "-c", XATTR_READER, str(f), str(n)], check=True).stdout
+        after = len(os.listdir(fd_dir))
+    finally:
+        rc = tl.txn_abort(mnt.path, tid)
+    assert rc == 0
+    assert out.strip() == repr(sorted(map(repr, {b"committed", ("user.tag",)}))), out
+    assert after - before < 20, (
+        f"the daemon holds {after - before} more fds after {2 * n} plain xattr reads "
+        f"of an object an open transaction changed ({before} -> {after})")

@@ -602,7 +602,7 @@ def errno_of(fn, *args, **kwargs):
 
 
 # --------------------------------------------------------------------------
-# libtxnfs (include/txnfs.h) through ctypes
+# libtxnfs (include/txnfs/txnfs.h) through ctypes
 # --------------------------------------------------------------------------
 
 EDEADLK = errno.EDEADLK          # 35: lost a deadlock / lock wait; the transaction can only abort

@@ -2,7 +2,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
+#include <system_error>
 
 #include <catch2/catch.hpp>
 
@@ -11,6 +13,7 @@
 #include "metadb.h"
 #include "store.h"
 #include "tmpdir.h"
+#include "unique_fd.h"
 
 using namespace txnfs;
 
@@ -69,4 +72,42 @@ TEST_CASE("backing handles reopen the same object and go stale when it is remove
   CHECK(open_by_fh(mnt, id.fh, O_RDONLY) == -ESTALE);
   CHECK(open_by_fh(mnt, "xx", O_RDONLY) == -ESTALE);
   ::close(mnt);
+}
+
+TEST_CASE("Error keeps the errno of a failed call; its message is as before") {
+  try {
+    throw_errno("write x", ENOSPC);
+  } catch (const Error &e) {
+    CHECK(std::string(e.what()) == std::string("write x: ") + std::strerror(ENOSPC));
+    CHECK(e.code() == std::errc::no_space_on_device);
+    CHECK(errno_in(e) == ENOSPC);
+  }
+  Error plain("no errno here", "a hint");
+  CHECK(std::string(plain.what()) == "no errno here");
+  CHECK(plain.hint() == "a hint");
+  CHECK(errno_in(plain) == 0);
+  CHECK(errno_in(std::runtime_error("No space left on device")) == 0);
+  CHECK(errno_in(std::system_error(EIO, std::system_category())) == EIO);
+}
+
+TEST_CASE("UniqueFd closes what it holds and keeps the errno of a failed open") {
+  TmpDir t;
+  int raw;
+  {
+    UniqueFd fd(::open(t.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    REQUIRE(fd);
+    raw = fd.get();
+    UniqueFd moved = std::move(fd);
+    CHECK(!fd);
+    CHECK(moved.get() == raw);
+    CHECK(::fcntl(raw, F_GETFD) >= 0);
+  }
+  CHECK(::fcntl(raw, F_GETFD) < 0);  // closed when `moved` died
+  UniqueFd missing(::open((t.path + "/missing").c_str(), O_RDONLY | O_CLOEXEC));
+  CHECK(!missing);
+  CHECK(missing.err() == ENOENT);
+  UniqueFd kept(::open(t.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  int k = kept.release();
+  CHECK(!kept);
+  CHECK(::close(k) == 0);
 }

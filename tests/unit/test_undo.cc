@@ -30,6 +30,7 @@
 #include "undo_exec.h"
 #include "undo_log.h"
 #include "undo_step.h"
+#include "unique_fd.h"
 #include "xfs_image.h"
 
 using namespace txnfs;
@@ -40,19 +41,12 @@ namespace {
   throw std::runtime_error(what + ": " + std::strerror(errno));
 }
 
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const std::string &path, int flags, mode_t mode = 0)
-      : fd(::open(path.c_str(), flags | O_CLOEXEC, mode)) {
-    if (fd < 0) die("open " + path);
-  }
-  Fd(Fd &&o) noexcept : fd(o.fd) { o.fd = -1; }
-  Fd(const Fd &) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
+// Opens `path` or throws.
+UniqueFd open_fd(const std::string &path, int flags, mode_t mode = 0) {
+  UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC, mode));
+  if (!fd) die("open " + path);
+  return fd;
+}
 
 std::string parent_of(const std::string &rel) {
   auto slash = rel.rfind('/');
@@ -107,9 +101,9 @@ void snap_into(const std::string &root, const std::string &rel, Snapshot &out) {
   n.atime = st.st_atim;
   n.mtime = st.st_mtim;
   if (S_ISREG(st.st_mode)) {
-    Fd f(path, O_RDONLY | O_NOATIME);
+    UniqueFd f = open_fd(path, O_RDONLY | O_NOATIME);
     char buf[65536];
-    for (ssize_t k; (k = ::read(f.fd, buf, sizeof buf)) > 0;) n.content.append(buf, size_t(k));
+    for (ssize_t k; (k = ::read(f.get(), buf, sizeof buf)) > 0;) n.content.append(buf, size_t(k));
   } else if (S_ISLNK(st.st_mode)) {
     char buf[4096];
     ssize_t k = ::readlink(path.c_str(), buf, sizeof buf);
@@ -256,7 +250,7 @@ struct Txn {
     if (budget >= 0 && budget-- == 0) throw Crash{};
   }
 
-  Fd opath(const std::string &rel) { return Fd(e.p(rel), O_PATH | O_NOFOLLOW); }
+  UniqueFd opath(const std::string &rel) { return open_fd(e.p(rel), O_PATH | O_NOFOLLOW); }
   struct stat lstat_of(const std::string &rel) {
     struct stat st;
     if (::lstat(e.p(rel).c_str(), &st) != 0) die("lstat " + rel);
@@ -264,13 +258,13 @@ struct Txn {
   }
 
   void save_attrs(const std::string &rel) {
-    Fd f = opath(rel);
+    UniqueFd f = opath(rel);
     struct stat st;
-    if (::fstat(f.fd, &st) != 0) die("fstat");
+    if (::fstat(f.get(), &st) != 0) die("fstat");
     if (created.count(st.st_ino) || !attrs_saved.insert(st.st_ino).second) return;
     UndoStep s;
     s.kind = StepKind::Attrs;
-    s.obj = backing_id(f.fd);
+    s.obj = backing_id(f.get());
     s.mode = st.st_mode;
     s.uid = st.st_uid;
     s.gid = st.st_gid;
@@ -280,14 +274,14 @@ struct Txn {
     log->append(s);
   }
   void save_xattrs(const std::string &rel) {
-    Fd f = opath(rel);
+    UniqueFd f = opath(rel);
     struct stat st;
-    if (::fstat(f.fd, &st) != 0) die("fstat");
+    if (::fstat(f.get(), &st) != 0) die("fstat");
     if (created.count(st.st_ino) || !xattrs_saved.insert(st.st_ino).second) return;
     UndoStep s;
     s.kind = StepKind::Xattrs;
-    s.obj = backing_id(f.fd);
-    log->snapshot_xattrs(f.fd, s);
+    s.obj = backing_id(f.get());
+    log->snapshot_xattrs(f.get(), s);
   }
 
   // Writes, truncation and chown drop file capabilities (even root's): a daemon must
@@ -299,36 +293,36 @@ struct Txn {
   void write(const std::string &rel, uint64_t off, const std::string &data) {
     save_caps(rel);
     save_attrs(rel);
-    Fd f(e.p(rel), O_WRONLY);
+    UniqueFd f = open_fd(e.p(rel), O_WRONLY);
     struct stat st;
-    ::fstat(f.fd, &st);
+    ::fstat(f.get(), &st);
     if (!created.count(st.st_ino)) {
       UndoStep s;
       s.kind = StepKind::Data;
-      s.obj = backing_id(f.fd);
+      s.obj = backing_id(f.get());
       s.off = off;
       s.len = data.size();
-      log->backup_range(f.fd, s);  // write-only fd: reopened for reading inside
+      log->backup_range(f.get(), s);  // write-only fd: reopened for reading inside
     }
     point();
-    if (::pwrite(f.fd, data.data(), data.size(), off_t(off)) != ssize_t(data.size())) die("pwrite");
+    if (::pwrite(f.get(), data.data(), data.size(), off_t(off)) != ssize_t(data.size())) die("pwrite");
   }
   void truncate(const std::string &rel, uint64_t size) {
     save_caps(rel);
     save_attrs(rel);
-    Fd f(e.p(rel), O_RDWR);
+    UniqueFd f = open_fd(e.p(rel), O_RDWR);
     struct stat st;
-    ::fstat(f.fd, &st);
+    ::fstat(f.get(), &st);
     if (!created.count(st.st_ino) && size < uint64_t(st.st_size)) {
       UndoStep s;
       s.kind = StepKind::Data;
-      s.obj = backing_id(f.fd);
+      s.obj = backing_id(f.get());
       s.off = size;
       s.len = uint64_t(st.st_size) - size;
-      log->backup_range(f.fd, s);
+      log->backup_range(f.get(), s);
     }
     point();
-    if (::ftruncate(f.fd, off_t(size)) != 0) die("ftruncate");
+    if (::ftruncate(f.get(), off_t(size)) != 0) die("ftruncate");
   }
   void chmod(const std::string &rel, mode_t mode) {
     save_attrs(rel);
@@ -364,7 +358,7 @@ struct Txn {
             const std::string &target = "t") {
     std::string dirrel = parent_of(rel), name = base_of(rel);
     save_attrs(dirrel);
-    Fd dir = opath(dirrel);
+    UniqueFd dir = opath(dirrel);
     uint64_t seq = log->reserve_seq();
     std::string tmp = step_name(seq) + ".d";
     int ld = log->dir_fd();
@@ -374,16 +368,16 @@ struct Txn {
                            : ::mkfifoat(ld, tmp.c_str(), mode);
     if (rc != 0) die("make " + tmp);
     if (kind != 'l' && ::fchmodat(ld, tmp.c_str(), mode, 0) != 0) die("fchmodat");
-    Fd o(::openat(ld, tmp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd o(::openat(ld, tmp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
     UndoStep s;
     s.kind = StepKind::Created;
-    s.obj = backing_id(o.fd);
-    s.dir = backing_id(dir.fd);
+    s.obj = backing_id(o.get());
+    s.dir = backing_id(dir.get());
     s.name = name;
     s.flags = kind == 'd';
     log->append_reserved(seq, s);
     point();
-    if (::renameat2(ld, tmp.c_str(), dir.fd, name.c_str(), RENAME_NOREPLACE) != 0)
+    if (::renameat2(ld, tmp.c_str(), dir.get(), name.c_str(), RENAME_NOREPLACE) != 0)
       die("place " + rel);
     created.insert(ino_t(s.obj.ino));
   }
@@ -393,16 +387,16 @@ struct Txn {
     bool dir = S_ISDIR(st.st_mode);
     // (stashed even when created here: undo replays the exact reverse, see txn_remove)
     save_attrs(dirrel);
-    Fd d = opath(dirrel);
+    UniqueFd d = opath(dirrel);
     UndoStep s;
     s.kind = StepKind::Removed;
-    s.obj = backing_id(opath(rel).fd);
-    s.dir = backing_id(d.fd);
+    s.obj = backing_id(opath(rel).get());
+    s.dir = backing_id(d.get());
     s.name = name;
     s.flags = dir;
     point();  // the stash is the change
     uint64_t seq = 0;
-    int err = log->stash(d.fd, name.c_str(), s, &seq);
+    int err = log->stash(d.get(), name.c_str(), s, &seq);
     if (err) throw std::runtime_error("stash " + rel + ": " + std::strerror(err));
     REQUIRE(seq > 0);
   }
@@ -410,43 +404,43 @@ struct Txn {
     std::string d1 = parent_of(from), d2 = parent_of(to);
     save_attrs(d1);
     save_attrs(d2);
-    Fd f1 = opath(d1), f2 = opath(d2);
+    UniqueFd f1 = opath(d1), f2 = opath(d2);
     struct stat tst;
     bool target = ::lstat(e.p(to).c_str(), &tst) == 0;
     UndoStep s;
     s.kind = StepKind::Renamed;
-    s.obj = backing_id(opath(from).fd);
-    s.dir = backing_id(f1.fd);
+    s.obj = backing_id(opath(from).get());
+    s.dir = backing_id(f1.get());
     s.name = base_of(from);
-    s.dir2 = backing_id(f2.fd);
+    s.dir2 = backing_id(f2.get());
     s.name2 = base_of(to);
     s.flags = flags;
     s.displaced = target && !(flags & RENAME_EXCHANGE);
     if (!s.displaced) {
       log->append(s);
       point();
-      if (::renameat2(f1.fd, s.name.c_str(), f2.fd, s.name2.c_str(), flags) != 0) die("rename");
+      if (::renameat2(f1.get(), s.name.c_str(), f2.get(), s.name2.c_str(), flags) != 0) die("rename");
       return;
     }
-    int err = log->stash(f2.fd, s.name2.c_str(), s);
+    int err = log->stash(f2.get(), s.name2.c_str(), s);
     if (err) throw std::runtime_error("stash target: " + std::string(std::strerror(err)));
     point();
-    if (::renameat2(f1.fd, s.name.c_str(), f2.fd, s.name2.c_str(),
+    if (::renameat2(f1.get(), s.name.c_str(), f2.get(), s.name2.c_str(),
                     RENAME_NOREPLACE | (flags & RENAME_WHITEOUT)) != 0)
       die("rename");
   }
   void link(const std::string &from, const std::string &to) {
     std::string d2 = parent_of(to);
     save_attrs(d2);
-    Fd f2 = opath(d2);
+    UniqueFd f2 = opath(d2);
     UndoStep s;
     s.kind = StepKind::Linked;
-    s.obj = backing_id(opath(from).fd);
-    s.dir = backing_id(f2.fd);
+    s.obj = backing_id(opath(from).get());
+    s.dir = backing_id(f2.get());
     s.name = base_of(to);
     log->append(s);
     point();
-    if (::linkat(AT_FDCWD, e.p(from).c_str(), f2.fd, s.name.c_str(), 0) != 0) die("link");
+    if (::linkat(AT_FDCWD, e.p(from).c_str(), f2.get(), s.name.c_str(), 0) != 0) die("link");
   }
 };
 
@@ -460,8 +454,8 @@ std::string pattern(size_t n, unsigned seed) {
 }
 
 void put_file(const std::string &path, const std::string &data, mode_t mode = 0644) {
-  Fd f(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
-  if (::write(f.fd, data.data(), data.size()) != ssize_t(data.size())) die("write " + path);
+  UniqueFd f = open_fd(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  if (::write(f.get(), data.data(), data.size()) != ssize_t(data.size())) die("write " + path);
 }
 
 // Gives every object under `root` its own atime/mtime (children before parents, so
@@ -657,34 +651,34 @@ std::vector<std::pair<uint64_t, bool>> extents(int fd) {
 // time the log is removed) -- to `side`, a directory on the same file system.
 void save_log(Env &e, uint64_t txid, const std::string &side) {
   if (::mkdir(side.c_str(), 0700) != 0) die("mkdir " + side);
-  Fd log(e.backups + "/" + std::to_string(txid), O_RDONLY | O_DIRECTORY);
-  Fd out(side, O_RDONLY | O_DIRECTORY);
-  DIR *d = ::fdopendir(::dup(log.fd));
+  UniqueFd log = open_fd(e.backups + "/" + std::to_string(txid), O_RDONLY | O_DIRECTORY);
+  UniqueFd out = open_fd(side, O_RDONLY | O_DIRECTORY);
+  DIR *d = ::fdopendir(::dup(log.get()));
   std::vector<std::string> names;
   while (dirent *de = ::readdir(d)) names.emplace_back(de->d_name);
   ::closedir(d);
   for (const auto &n : names) {
     if (n.size() != 16) continue;
     char rec[1024];
-    ssize_t k = ::readlinkat(log.fd, n.c_str(), rec, sizeof rec);
+    ssize_t k = ::readlinkat(log.get(), n.c_str(), rec, sizeof rec);
     if (k < 0) die("readlinkat");
-    if (::symlinkat(std::string(rec, size_t(k)).c_str(), out.fd, n.c_str()) != 0) die("symlinkat");
+    if (::symlinkat(std::string(rec, size_t(k)).c_str(), out.get(), n.c_str()) != 0) die("symlinkat");
     StepKind kind = decode_step(std::string_view(rec, size_t(k))).kind;
     if (kind != StepKind::Data && kind != StepKind::Xattrs) continue;
     std::string dn = n + ".d";
     struct stat st;
-    if (::fstatat(log.fd, dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) die("stat " + dn);
-    if (S_ISDIR(st.st_mode) && ::mkdirat(out.fd, dn.c_str(), 0700) != 0) die("mkdirat");
-    Fd src(::openat(log.fd, dn.c_str(), O_RDONLY | O_CLOEXEC));
+    if (::fstatat(log.get(), dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) die("stat " + dn);
+    if (S_ISDIR(st.st_mode) && ::mkdirat(out.get(), dn.c_str(), 0700) != 0) die("mkdirat");
+    UniqueFd src(::openat(log.get(), dn.c_str(), O_RDONLY | O_CLOEXEC));
     int how = S_ISDIR(st.st_mode) ? O_RDONLY : O_WRONLY | O_CREAT | O_EXCL;
-    Fd dst(::openat(out.fd, dn.c_str(), how, 0600));
-    if (src.fd < 0 || dst.fd < 0) die("open " + dn);
-    if (!S_ISDIR(st.st_mode) && ::ioctl(dst.fd, FICLONE, src.fd) != 0) die("FICLONE");
+    UniqueFd dst(::openat(out.get(), dn.c_str(), how, 0600));
+    if (!src || !dst) die("open " + dn);
+    if (!S_ISDIR(st.st_mode) && ::ioctl(dst.get(), FICLONE, src.get()) != 0) die("FICLONE");
     char xn[65536], xv[65536];
-    ssize_t len = ::flistxattr(src.fd, xn, sizeof xn);
+    ssize_t len = ::flistxattr(src.get(), xn, sizeof xn);
     for (ssize_t i = 0; i < len; i += ssize_t(std::strlen(xn + i)) + 1) {
-      ssize_t v = ::fgetxattr(src.fd, xn + i, xv, sizeof xv);
-      if (v < 0 || ::fsetxattr(dst.fd, xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
+      ssize_t v = ::fgetxattr(src.get(), xn + i, xv, sizeof xv);
+      if (v < 0 || ::fsetxattr(dst.get(), xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
     }
   }
 }
@@ -694,32 +688,32 @@ void save_log(Env &e, uint64_t txid, const std::string &side) {
 void restore_log(Env &e, const std::string &side, uint64_t txid, uint64_t max_seq) {
   std::string dir = e.backups + "/" + std::to_string(txid);
   if (::mkdir(dir.c_str(), 0700) != 0) die("mkdir " + dir);
-  Fd from(side, O_RDONLY | O_DIRECTORY);
-  Fd to(dir, O_RDONLY | O_DIRECTORY);
-  DIR *d = ::fdopendir(::dup(from.fd));
+  UniqueFd from = open_fd(side, O_RDONLY | O_DIRECTORY);
+  UniqueFd to = open_fd(dir, O_RDONLY | O_DIRECTORY);
+  DIR *d = ::fdopendir(::dup(from.get()));
   std::vector<std::string> names;
   while (dirent *de = ::readdir(d)) names.emplace_back(de->d_name);
   ::closedir(d);
   for (const auto &n : names) {
     if (n.size() != 16 || std::stoull(n, nullptr, 16) > max_seq) continue;
     char rec[1024];
-    ssize_t k = ::readlinkat(from.fd, n.c_str(), rec, sizeof rec);
-    if (k < 0 || ::symlinkat(std::string(rec, size_t(k)).c_str(), to.fd, n.c_str()) != 0)
+    ssize_t k = ::readlinkat(from.get(), n.c_str(), rec, sizeof rec);
+    if (k < 0 || ::symlinkat(std::string(rec, size_t(k)).c_str(), to.get(), n.c_str()) != 0)
       die("copy record");
     std::string dn = n + ".d";
     struct stat st;
-    if (::fstatat(from.fd, dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    if (S_ISDIR(st.st_mode) && ::mkdirat(to.fd, dn.c_str(), 0700) != 0) die("mkdirat");
-    Fd src(::openat(from.fd, dn.c_str(), O_RDONLY | O_CLOEXEC));
+    if (::fstatat(from.get(), dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (S_ISDIR(st.st_mode) && ::mkdirat(to.get(), dn.c_str(), 0700) != 0) die("mkdirat");
+    UniqueFd src(::openat(from.get(), dn.c_str(), O_RDONLY | O_CLOEXEC));
     int how = S_ISDIR(st.st_mode) ? O_RDONLY : O_WRONLY | O_CREAT | O_EXCL;
-    Fd dst(::openat(to.fd, dn.c_str(), how, 0600));
-    if (src.fd < 0 || dst.fd < 0) die("open " + dn);
-    if (!S_ISDIR(st.st_mode) && ::ioctl(dst.fd, FICLONE, src.fd) != 0) die("FICLONE");
+    UniqueFd dst(::openat(to.get(), dn.c_str(), how, 0600));
+    if (!src || !dst) die("open " + dn);
+    if (!S_ISDIR(st.st_mode) && ::ioctl(dst.get(), FICLONE, src.get()) != 0) die("FICLONE");
     char xn[65536], xv[65536];
-    ssize_t len = ::flistxattr(src.fd, xn, sizeof xn);
+    ssize_t len = ::flistxattr(src.get(), xn, sizeof xn);
     for (ssize_t i = 0; i < len; i += ssize_t(std::strlen(xn + i)) + 1) {
-      ssize_t v = ::fgetxattr(src.fd, xn + i, xv, sizeof xv);
-      if (v < 0 || ::fsetxattr(dst.fd, xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
+      ssize_t v = ::fgetxattr(src.get(), xn + i, xv, sizeof xv);
+      if (v < 0 || ::fsetxattr(dst.get(), xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
     }
   }
 }
@@ -894,41 +888,41 @@ TEST_CASE("Data: the backup is a sparse clone at the same offsets, sharing exten
   NEED_XFS(e);
   std::string f = e.p("f");
   put_file(f, pattern(10 * 4096 + 100, 1));
-  Fd fd(f, O_RDONLY);
-  REQUIRE(::fsync(fd.fd) == 0);
+  UniqueFd fd = open_fd(f, O_RDONLY);
+  REQUIRE(::fsync(fd.get()) == 0);
   auto log = UndoLog::create(e.backups_fd, 9, true);
   UndoStep s;
   s.kind = StepKind::Data;
-  s.obj = backing_id(fd.fd);
+  s.obj = backing_id(fd.get());
   s.off = 5000;
   s.len = 3000;  // [5000, 8000) -> blocks [4096, 8192)
-  uint64_t seq = log->backup_range(fd.fd, s);
+  uint64_t seq = log->backup_range(fd.get(), s);
   REQUIRE(seq > 0);
   CHECK(log->backup_bytes() == 4096);
   s.off = 9 * 4096 + 7;
   s.len = 1 << 20;  // to EOF: the unaligned tail block
-  uint64_t seq2 = log->backup_range(fd.fd, s);
+  uint64_t seq2 = log->backup_range(fd.get(), s);
   CHECK(log->backup_bytes() == 4096 + 4096 + 100);
   s.off = 10 * 4096 + 100;
   s.len = 10;
-  CHECK(log->backup_range(fd.fd, s) == 0);  // at EOF: nothing
+  CHECK(log->backup_range(fd.get(), s) == 0);  // at EOF: nothing
   s.len = 0;
   s.off = 0;
-  CHECK(log->backup_range(fd.fd, s) == 0);
+  CHECK(log->backup_range(fd.get(), s) == 0);
   CHECK(log->steps() == 2);
 
-  Fd d1(::openat(log->dir_fd(), (step_name(seq) + ".d").c_str(), O_RDONLY | O_CLOEXEC));
-  REQUIRE(d1.fd >= 0);
+  UniqueFd d1(::openat(log->dir_fd(), (step_name(seq) + ".d").c_str(), O_RDONLY | O_CLOEXEC));
+  REQUIRE(d1);
   struct stat st;
-  ::fstat(d1.fd, &st);
+  ::fstat(d1.get(), &st);
   CHECK(st.st_size == 8192);
   CHECK(st.st_blocks == 4096 / 512);  // one block: a hole before it
-  auto ex = extents(d1.fd);
+  auto ex = extents(d1.get());
   REQUIRE(ex.size() == 1);
   CHECK(ex[0].first == 4096);
   CHECK(ex[0].second);  // shared with the original: a clone, not a copy
-  Fd d2(::openat(log->dir_fd(), (step_name(seq2) + ".d").c_str(), O_RDONLY | O_CLOEXEC));
-  ::fstat(d2.fd, &st);
+  UniqueFd d2(::openat(log->dir_fd(), (step_name(seq2) + ".d").c_str(), O_RDONLY | O_CLOEXEC));
+  ::fstat(d2.get(), &st);
   CHECK(st.st_size == 10 * 4096 + 100);
 
   char rec[1024];
