@@ -91,8 +91,8 @@ def run_pjdfstest(label: str, path: Path, patterns=()) -> PjdRun:
     os.symlink(path, short / "d")
     env = dict(os.environ, RUST_BACKTRACE="0", NO_COLOR="1")
     cmd = [pjdfstest_bin(), "-c", str(CONFIG), "-p", str(short / "d")]
-    if patterns:
-        cmd += ["-e", *patterns]
+    if patterns:  # substring patterns: pjdfstest's -e (exact) matches none of its own names
+        cmd += ["--", *patterns]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT,
                            env=env, cwd=path, stdin=subprocess.DEVNULL)
@@ -160,6 +160,8 @@ def test_pjdfstest_txnfs_matches_xfs(xfs, mnt, capsys):
             break
         rerun = run_pjdfstest(f"txnfs-rerun{attempt}",
                               world_traversable_dir(mnt.path / f"pjdfstest-rerun{attempt}"), suspects)
+        missing = [n for n in suspects if n not in rerun.status]
+        assert not missing, f"the re-run did not run {missing}: {rerun.counts()}"
         flaky = [n for n in suspects if rerun.status.get(n) == "ok"]
         if flaky:
             with capsys.disabled():
