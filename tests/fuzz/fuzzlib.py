@@ -1187,6 +1187,7 @@ class Fuzzer:
             self._mount("r")
         except Failure as f:
             f.oracle = oracle
+            f.report = (f.report + "\n" if f.report else "") + self._xfs_state()
             raise
         after = strip_atime(snap.snapshot(env.mnt))
         store_now = strip_atime(snap.snapshot(env.store.tree, handles=False))
@@ -1231,6 +1232,18 @@ class Fuzzer:
             f.case = case
             self._reset()
             return f
+
+    def _xfs_state(self) -> str:
+        """What the backing XFS looked like when a mount after a crash failed: rare power-cut
+        runs found a store that `txnfs init` had synced missing after the remount."""
+        env = self.env
+        out = []
+        for cmd in (["findmnt", "-n", str(env.xfs)], ["losetup", "-j", str(env.image)],
+                    ["ls", "-la", str(env.xfs)], ["dmesg", "--ctime"]):
+            p = tl.run(cmd)
+            text = (p.stdout + p.stderr).splitlines()
+            out.append(f"$ {' '.join(cmd)}\n" + "\n".join(text[-25:]))
+        return "\n".join(out)
 
     def _reset(self):
         """After a failure: no daemon, no FUSE mount, the XFS image mounted."""
