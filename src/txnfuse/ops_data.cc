@@ -250,9 +250,15 @@ int kill_privs(fuse_req_t req, int fd, bool direct) {
     if (S_ISREG(st.st_mode) && (st.st_mode & S_ISGID) &&
         ((st.st_mode & S_IXGRP) || !in_group(req, st.st_gid)))
       kill |= S_ISGID;
-    if (kill && ::chmod(proc_path(fd).c_str(), st.st_mode & 07777 & ~kill) != 0) return errno;
+    if (kill) {
+      mode_t mode = st.st_mode & 07777 & ~kill;
+      int rc = ::fchmod(fd, mode);
+      if (rc != 0 && errno == EBADF) rc = ::chmod(proc_path(fd).c_str(), mode);  // O_PATH fd
+      if (rc != 0) return errno;
+    }
   }
-  if (direct && ::removexattr(proc_path(fd).c_str(), "security.capability") != 0 && errno != ENODATA)
+  // (only writes pass `direct`, with the open file's own fd: no path lookup per write)
+  if (direct && ::fremovexattr(fd, "security.capability") != 0 && errno != ENODATA)
     return errno;
   return 0;
 }
