@@ -623,10 +623,47 @@ class Env:
     def mount_xfs(self):
         tl.run(["mount", "-o", "loop", self.image, self.xfs], check=True)
 
-    def umount_xfs(self):
+    def umount_xfs(self, release_timeout=60.0):
+        """Unmounts the image and waits until its loop device is gone, which is when the
+        XFS instance itself is gone. Another mount namespace (any `unshare --mount` made
+        while the image was mounted, e.g. by a test running at the same time) holds a copy
+        of the mount: the umount here then succeeds, the shut-down instance lives on, and
+        `mount -o loop` would reuse its loop device and get that instance back, still shut
+        down. So wait for the holder to go; name it if it does not."""
         p = tl.run(["umount", self.xfs])
         if p.returncode != 0:
             raise RuntimeError(f"umount {self.xfs}: {p.stderr.strip()}")
+        self.wait_released(release_timeout)
+
+    def wait_released(self, timeout=60.0):
+        """Waits until no loop device is attached to the image (see umount_xfs)."""
+        if not tl.wait_until(lambda: not self.loop_devices(), timeout, 0.05):
+            raise RuntimeError(
+                f"{self.image} is unmounted here but still attached to "
+                f"{', '.join(self.loop_devices())}: mount namespaces of {self.holders()} "
+                f"keep its XFS alive")
+
+    def loop_devices(self) -> list[str]:
+        p = tl.run(["losetup", "-n", "-O", "NAME", "-j", self.image])
+        return p.stdout.split()
+
+    def holders(self) -> list[str]:
+        """Processes whose mount namespace still has a mount of one of our loop devices."""
+        devs = {Path(d).name for d in self.loop_devices()}
+        out = []
+        for mi in Path("/proc").glob("[0-9]*/mountinfo"):
+            try:
+                text = mi.read_text()
+            except OSError:
+                continue
+            if any(f"/dev/{d} " in text for d in devs):
+                pid = mi.parent.name
+                try:
+                    comm = (mi.parent / "comm").read_text().strip()
+                except OSError:
+                    comm = "?"
+                out.append(f"{pid} ({comm})")
+        return out[:10]
 
     def power_cut(self):
         """xfs_io shutdown without -f: what the XFS log had not written is lost."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 import sys
 from pathlib import Path
 
@@ -98,3 +99,30 @@ def test_crash_at_is_checked():
         p = subprocess.run([tl.txnfs_bin(), "crash-points"], capture_output=True, text=True,
                            env={**os.environ, "TXNFS_CRASH_AT": bad})
         assert p.returncode == 1 and "TXNFS_CRASH_AT" in p.stderr, (bad, p.stderr)
+
+
+def test_power_cut_while_another_mount_namespace_holds_the_image(tmp_path):
+    """A mount namespace made while the image was mounted (`unshare --mount`, as other tests
+    do) keeps the shut-down XFS instance alive after our umount; mounting the image again
+    must not hand that instance back (it reused its loop device and served EIO: the
+    "store missing after a power cut" the fuzzer soak met while the test suite ran)."""
+    env = crashlib.Env(tmp_path / "ns", size=512 << 20)
+    holder = None
+    try:
+        (env.xfs / "kept").mkdir()
+        os.sync()
+        holder = crashlib.subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sleep", "4"])
+        time.sleep(0.5)                     # the namespace exists and holds the mount
+        env.power_cut()
+        with pytest.raises(RuntimeError, match=r"mount namespaces of .*sleep"):
+            env.umount_xfs(release_timeout=0.5)
+        env.wait_released()               # the holder exits: the instance goes with it
+        env.mount_xfs()
+        assert (env.xfs / "kept").is_dir()
+        assert os.listdir(env.store.tree) == []
+    finally:
+        if holder:
+            holder.kill()
+            holder.wait()
+        env.close()
