@@ -75,7 +75,7 @@ CREATE TABLE IF NOT EXISTS txns (
 
 -- Undo records: a mirror of each open transaction's undo log, one row per step, for
 -- people and tools to inspect (docs/sql.md). The authoritative log is the directory
--- STORE/.txnfs/backups/<txid>/ (see src/recovery/undo_step.h); the daemon copies each
+-- STORE/.txnfs/backups/<txid>/ (see src/recovery/undo/undo_step.h); the daemon copies each
 -- step here in batches shortly after writing it (at most ~100 ms behind), and deletes
 -- the rows together with the transaction's record. Recovery never reads this table.
 --   kind        attrs | data | created | linked | removed | renamed | xattrs

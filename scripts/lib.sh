@@ -91,9 +91,10 @@ txnfs_build_tsa() {
   if [[ ! -f build-tsa/build.ninja ]]; then
     CC=clang CXX=clang++ meson setup build-tsa -Dthread_safety=true -Dwerror=true >/dev/null
   fi
+  ninja -C build-tsa build.ninja >/dev/null  # re-runs meson if the tree's layout changed
   local objs
   mapfile -t objs < <(ninja -C build-tsa -t targets all |
-    grep -E '^src/(txnfuse/(txnfs\.p|libtxnfuse\.a\.p)|store/libtxnstore\.a\.p|sync/libtxnsync\.a\.p)/[^:]*\.o:' |
+    grep -E '^src/(txnfuse/(txnfs\.p|txn/libtxncore\.a\.p|fuse/libtxnfuse\.a\.p|cli/libtxncli\.a\.p)|store/libtxnstore\.a\.p|sync/libtxnsync\.a\.p)/[^:]*\.o:' |
     cut -d: -f1)
   ((${#objs[@]} > 20)) || die "build-tsa: the daemon's object files are not where expected"
   ninja -C build-tsa "${objs[@]}"

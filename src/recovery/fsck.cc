@@ -1,4 +1,4 @@
-#include "fsck.h"
+#include "recovery/fsck.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,12 +18,12 @@
 
 #include <fmt/format.h>
 
-#include "backing.h"
-#include "error.h"
-#include "metadb.h"
-#include "recover.h"
-#include "undo_exec.h"
-#include "undo_io.h"
+#include "store/backing.h"
+#include "store/error.h"
+#include "store/metadb.h"
+#include "recovery/recover.h"
+#include "recovery/undo/undo_exec.h"
+#include "recovery/undo/undo_io.h"
 
 namespace txnfs {
 

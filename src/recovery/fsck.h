@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "metadb.h"
-#include "store.h"
+#include "store/metadb.h"
+#include "store/store.h"
 
 namespace txnfs {
 

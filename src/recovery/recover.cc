@@ -1,4 +1,4 @@
-#include "recover.h"
+#include "recovery/recover.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,11 +10,11 @@
 
 #include <fmt/format.h>
 
-#include "crash_point.h"
-#include "error.h"
-#include "fsck.h"
-#include "undo_exec.h"
-#include "undo_io.h"
+#include "store/crash_point.h"
+#include "store/error.h"
+#include "recovery/fsck.h"
+#include "recovery/undo/undo_exec.h"
+#include "recovery/undo/undo_io.h"
 
 namespace txnfs {
 

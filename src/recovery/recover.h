@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "metadb.h"
-#include "store.h"
-#include "undo_exec.h"
+#include "store/metadb.h"
+#include "store/store.h"
+#include "recovery/undo/undo_exec.h"
 
 namespace txnfs {
 

@@ -1,4 +1,4 @@
-#include "backing.h"
+#include "store/backing.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "error.h"
+#include "store/error.h"
 
 namespace txnfs {
 

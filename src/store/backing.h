@@ -22,4 +22,8 @@ BackingId backing_id(int fd);
 // file system. Returns -errno on failure (ESTALE when the object is gone).
 int open_by_fh(int mount_fd, const std::string &fh, int flags);
 
+// "/proc/self/fd/N": lets path-only calls (chmod, *xattr) act on the object an fd
+// (also an O_PATH fd, also of a symlink) refers to.
+inline std::string proc_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
 }  // namespace txnfs

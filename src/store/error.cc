@@ -1,4 +1,4 @@
-#include "error.h"
+#include "store/error.h"
 
 namespace txnfs {
 

@@ -1,4 +1,4 @@
-#include "metadb.h"
+#include "store/metadb.h"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "error.h"
-#include "schema_sql.h"
+#include "store/error.h"
+#include "store/schema_sql.h"
 
 namespace txnfs {
 

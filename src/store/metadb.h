@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "mutex.h"
+#include "sync/mutex.h"
 
 struct sqlite3;
 struct sqlite3_stmt;

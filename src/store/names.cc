@@ -1,4 +1,4 @@
-#include "names.h"
+#include "store/names.h"
 
 #include <cerrno>
 #include <climits>

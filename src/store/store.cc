@@ -1,4 +1,4 @@
-#include "store.h"
+#include "store/store.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "backing.h"
-#include "error.h"
-#include "metadb.h"
-#include "unique_fd.h"
+#include "store/backing.h"
+#include "store/error.h"
+#include "store/metadb.h"
+#include "store/unique_fd.h"
 
 namespace txnfs {
 

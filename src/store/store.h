@@ -8,7 +8,7 @@
 #pragma once
 #include <string>
 
-#include "unique_fd.h"
+#include "store/unique_fd.h"
 
 namespace txnfs {
 

@@ -10,7 +10,7 @@
 //    20   Txn::mu                      one transaction's log, touched objects and entries,
 //                                      removed names, handle-row names, in-flight count.
 //                                      Held while recording undo, which reaches MetaDb,
-//                                      PendingEntries, StepMirror (via the log's observer)
+//                                      CommittedView, StepMirror (via the log's observer)
 //                                      and Invalidator (finish)
 //    30   MetaDb::mu_ (recursive)      the SQLite connection; transaction(fn) holds it
 //                                      while fn runs, so fn may take only leaves below
@@ -19,7 +19,7 @@
 //    41   TxnManager::clean_mu_        the cleaner's queue of committed logs
 //    50   LockManager::mu_             the lock table (and every LockOwner's held/waiting)
 //    60   InodeTable::mu_              nodeid -> Inode (and Inode::nlookup)
-//    70   PendingEntries::mu_          committed state of entries/objects open txns changed
+//    70   CommittedView::mu_          committed state of entries/objects open txns changed
 //    80   StepMirror::mu_              undo steps queued for the undo_records table
 //    90   Invalidator::mu_             kernel-cache invalidations queued for its thread
 //   100   stall::Registry::mu          the watchdog's registry of request threads
@@ -56,7 +56,7 @@ enum class LockRank : uint8_t {
   kCleaner = 41,
   kLockManager = 50,
   kInodeTable = 60,
-  kPending = 70,
+  kCommittedView = 70,
   kStepMirror = 80,
   kInvalidator = 90,
   kStallWatchdog = 100,

@@ -1,4 +1,4 @@
-#include "mutex.h"
+#include "sync/mutex.h"
 
 #include <execinfo.h>
 #include <unistd.h>
@@ -19,7 +19,7 @@ const char *lock_rank_name(LockRank r) {
     case LockRank::kCleaner: return "TxnManager::clean_mu_";
     case LockRank::kLockManager: return "LockManager::mu_";
     case LockRank::kInodeTable: return "InodeTable::mu_";
-    case LockRank::kPending: return "PendingEntries::mu_";
+    case LockRank::kCommittedView: return "CommittedView::mu_";
     case LockRank::kStepMirror: return "StepMirror::mu_";
     case LockRank::kInvalidator: return "Invalidator::mu_";
     case LockRank::kStallWatchdog: return "stall::Registry::mu";

@@ -1,6 +1,6 @@
 // Mutexes the thread-safety analysis understands, and the run-time lock-order checker.
 //
-//   Mutex mu_{LockRank::kPending};        // rank: its place in lock_order.h
+//   Mutex mu_{LockRank::kCommittedView};        // rank: its place in lock_order.h
 //   int n_ GUARDED_BY(mu_);
 //   void f() EXCLUDES(mu_) { MutexLock g(mu_); n_++; }
 //   void wait() { MutexLock g(mu_); while (!ready_) cv_.wait(mu_); }
@@ -25,8 +25,8 @@
 #include <mutex>
 #include <string>
 
-#include "lock_order.h"
-#include "thread_annotations.h"
+#include "sync/lock_order.h"
+#include "sync/thread_annotations.h"
 
 namespace txnfs {
 

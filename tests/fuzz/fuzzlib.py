@@ -204,7 +204,7 @@ GEN_OPS = sorted(GEN_WEIGHTS)
 AS_NOBODY = {"create", "open", "write", "truncate", "ftruncate", "mkdir", "chmod", "setxattr",
              "unlink", "rename", "utimens", "fallocate", "link"}
 
-# FUSE handler (ops.NAME = op_NAME in src/txnfuse) -> generator ops that reach it
+# FUSE handler (ops.NAME = op_NAME in src/txnfuse/fuse) -> generator ops that reach it
 HANDLER_COVERAGE = {
     "init": ["statfs"],            # every run mounts; statfs is the first request after INIT
     "lookup": ["stat", "open", "unlink", "rename"],
@@ -244,7 +244,7 @@ HANDLER_COVERAGE = {
 }
 
 
-def handlers_in_source(src=REPO / "src" / "txnfuse") -> set[str]:
+def handlers_in_source(src=REPO / "src" / "txnfuse" / "fuse") -> set[str]:
     """Every `ops.NAME = op_NAME;` of the daemon's FUSE operation table."""
     out = set()
     for f in sorted(Path(src).glob("*.cc")):

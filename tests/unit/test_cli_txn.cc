@@ -1,4 +1,4 @@
-// The testable parts of the transaction subcommands (src/txnfuse/cli_txn.cc): argument
+// The testable parts of the transaction subcommands (src/txnfuse/cli/cli_txn.cc): argument
 // handling, exit-status mapping, error messages and the status table.
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,7 +10,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "cli_txn.h"
+#include "txnfuse/cli/cli_txn.h"
 
 using namespace txnfs::cli;
 

@@ -5,8 +5,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "interval_set.h"
-#include "lock_manager.h"
+#include "txnfuse/txn/interval_set.h"
+#include "txnfuse/txn/lock_manager.h"
 
 using namespace txnfs;
 using namespace std::chrono_literals;

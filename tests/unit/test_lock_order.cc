@@ -6,7 +6,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "mutex.h"
+#include "sync/mutex.h"
 
 using namespace txnfs;
 
@@ -31,7 +31,7 @@ unsigned long violations_in(F &&fn) {
 
 TEST_CASE("acquiring mutexes down the hierarchy is no violation") {
   if (!lock_order::kEnabled) return;  // built without -Dlock_order_check
-  Mutex txn(LockRank::kTxn), pending(LockRank::kPending);
+  Mutex txn(LockRank::kTxn), pending(LockRank::kCommittedView);
   RecursiveMutex db(LockRank::kMetaDb);
   CHECK(violations_in([&] {
           MutexLock a(txn);
@@ -62,7 +62,7 @@ TEST_CASE("acquiring up the hierarchy is reported with both mutexes' names") {
 
 TEST_CASE("released mutexes leave the thread's stack, also out of order") {
   if (!lock_order::kEnabled) return;  // built without -Dlock_order_check
-  Mutex a(LockRank::kTxnManager), b(LockRank::kTxn), c(LockRank::kPending);
+  Mutex a(LockRank::kTxnManager), b(LockRank::kTxn), c(LockRank::kCommittedView);
   CHECK(violations_in([&] {
           {
             MutexLock la(a);
@@ -76,7 +76,7 @@ TEST_CASE("released mutexes leave the thread's stack, also out of order") {
 
 TEST_CASE("assert_held and assert_none_held check the thread's stack") {
   if (!lock_order::kEnabled) return;  // built without -Dlock_order_check
-  Mutex m(LockRank::kPending);
+  Mutex m(LockRank::kCommittedView);
   CHECK(violations_in([&] { m.assert_held(); }) == 1);
   CHECK(violations_in([&] {
           MutexLock g(m);
@@ -99,7 +99,7 @@ TEST_CASE("each thread has its own stack") {
 }
 
 TEST_CASE("CondVar waits release the mutex and report timeouts") {
-  Mutex m(LockRank::kPending);
+  Mutex m(LockRank::kCommittedView);
   CondVar cv;
   bool ready = false;
   std::thread t([&] {

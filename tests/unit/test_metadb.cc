@@ -6,8 +6,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "error.h"
-#include "metadb.h"
+#include "store/error.h"
+#include "store/metadb.h"
 #include "tmpdir.h"
 
 using namespace txnfs;

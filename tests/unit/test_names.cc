@@ -3,7 +3,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "names.h"
+#include "store/names.h"
 
 using txnfs::check_name;
 

@@ -8,12 +8,12 @@
 
 #include <catch2/catch.hpp>
 
-#include "backing.h"
-#include "error.h"
-#include "metadb.h"
-#include "store.h"
+#include "store/backing.h"
+#include "store/error.h"
+#include "store/metadb.h"
+#include "store/store.h"
 #include "tmpdir.h"
-#include "unique_fd.h"
+#include "store/unique_fd.h"
 
 using namespace txnfs;
 

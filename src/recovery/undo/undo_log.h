@@ -1,0 +1,79 @@
+// UndoLog — appends the undo steps of one open transaction (writer side).
+//
+// Ordering contract: each append returns only after the step's record (and its data
+// object, if any) exist in the backing file system; the caller makes the in-place
+// change afterwards, so XFS's ordered journal makes the record durable first. For
+// Removed/Renamed the record is written *before* the object moves into the log
+// directory, so a stashed object is never without its record.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "recovery/undo/undo_step.h"
+#include "store/unique_fd.h"
+
+namespace txnfs {
+
+class UndoLog {
+ public:
+  // Creates STORE/.txnfs/backups/<txid>/ (backups_fd: fd of the backups directory);
+  // throws Error if it exists already (a log nobody has undone or discarded yet).
+  // `reflink` false: ranges are backed up by copying (stores made with
+  // --allow-copy-backups); the copy is fdatasync()ed, since unlike a clone it would
+  // otherwise not be ordered before the in-place change.
+  static std::unique_ptr<UndoLog> create(int backups_fd, uint64_t txid, bool reflink);
+  ~UndoLog();  // closes the log directory
+
+  // Records `s` (its seq is assigned here and returned). For Attrs, Linked, and
+  // Renamed without a displaced target (also RENAME_EXCHANGE). Other kinds have their
+  // own calls below; passing them here throws Error.
+  uint64_t append(UndoStep s);
+
+  // Data: clones [off, off+len) of the open file `fd` (the object s.obj) into the new
+  // data object at the same offsets (block-aligned outward, clipped to the current
+  // EOF), then records the step with off/len set to the cloned range. Returns the seq,
+  // or 0 when nothing was recorded: len 0, or the range lies wholly at or after EOF
+  // (the Attrs step's size undoes such an extension). `fd` may be write-only or
+  // O_PATH: it is then reopened for reading. Throws Error (errno inside) on failure.
+  uint64_t backup_range(int fd, UndoStep s);
+
+  // Removed / Renamed-with-displaced-target: records the step, then renames
+  // (dirfd, name) to "<seq>.d" inside the log directory. Returns 0 or an errno (the
+  // record is then deleted again); *seq_out (if given) receives the step's seq.
+  int stash(int dirfd, const char *name, UndoStep s, uint64_t *seq_out = nullptr);
+
+  // Created: records the step, whose object must already exist as "<seq>.d" in the
+  // log directory; call reserve_seq() first to learn the name to create it under.
+  uint64_t reserve_seq();
+  uint64_t append_reserved(uint64_t seq, UndoStep s);
+
+  // Xattrs: snapshots every xattr of `fd` (an O_PATH or regular fd of s.obj) onto a
+  // new empty data object (a directory for a directory), then records the step.
+  uint64_t snapshot_xattrs(int fd, UndoStep s);
+
+  // Called after each step has been recorded (from the recording thread; must not
+  // throw). The daemon uses it to mirror steps into the undo_records table.
+  using Observer = std::function<void(uint64_t txid, const UndoStep &)>;
+  void set_observer(Observer fn) { observer_ = std::move(fn); }
+
+  int dir_fd() const { return dir_fd_.get(); }  // the log directory
+  uint64_t txid() const { return txid_; }
+  uint64_t steps() const;
+  uint64_t backup_bytes() const;
+
+ private:
+  UndoLog(UniqueFd dir_fd, uint64_t txid, bool reflink);
+  int put_record(uint64_t seq, UndoStep &s);
+  void recorded(const UndoStep &s);
+  uint64_t write_record(uint64_t seq, UndoStep &s);
+  UniqueFd dir_fd_;
+  uint64_t txid_;
+  bool reflink_;
+  struct Counters;
+  std::unique_ptr<Counters> c_;
+  Observer observer_;
+};
+
+}  // namespace txnfs

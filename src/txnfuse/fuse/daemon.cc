@@ -1,0 +1,229 @@
+#include "txnfuse/fuse/daemon.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/syslog_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "store/backing.h"
+#include "store/error.h"
+#include "recovery/recover.h"
+#include "sync/stall_watchdog.h"
+#include "txnfuse/txn/txn.h"
+
+namespace txnfs {
+
+namespace {
+
+// Lock-order violations (src/sync/mutex.h) go to the log and, like stalls, leave a
+// file in TXNFS_STALL_DUMP for the test suite to find.
+void report_lock_order(const std::string &m) {
+  spdlog::critical("{}", m);
+  spdlog::default_logger()->flush();
+  const char *dir = std::getenv("TXNFS_STALL_DUMP");
+  if (!dir || !*dir) return;
+  static std::atomic<int> n{0};
+  std::ofstream(fmt::format("{}/lock-order-{}-{}.txt", dir, ::getpid(), ++n)) << m << "\n";
+}
+
+std::string absolute(const std::string &path) {
+  char buf[PATH_MAX];
+  if (!::realpath(path.c_str(), buf)) throw_errno(fmt::format("{}", path), errno);
+  return buf;
+}
+
+// The tree must still be the directory the handle table's root row names.
+void check_root(MetaDb &db, const BackingId &tree) {
+  auto root = db.handle(FUSE_ROOT_ID);
+  if (!root)
+    throw Error("the handle table has no root row", "run txnfs fsck STORE to see the damage");
+  if (root->ino != tree.ino || root->generation != tree.generation)
+    throw Error("the store's tree is not the directory its handle table was made for",
+                "was STORE/tree replaced? run txnfs fsck STORE");
+}
+
+// Forks; the parent exits 0 once the child writes a byte to the returned fd (it is
+// serving), or 1 if the child dies first. The child detaches from the terminal.
+int daemonize() {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("pipe", errno);
+  pid_t pid = ::fork();
+  if (pid < 0) throw_errno("fork", errno);
+  if (pid > 0) {
+    ::close(p[1]);
+    char ok;
+    ::_exit(::read(p[0], &ok, 1) == 1 ? 0 : 1);
+  }
+  ::close(p[0]);
+  ::setsid();
+  if (::chdir("/") != 0) { /* "/" always exists */ }
+  int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::close(null);
+  }
+  return p[1];
+}
+
+struct Session {
+  fuse_session *se = nullptr;
+  bool mounted = false, handlers = false;
+  ~Session() {
+    if (handlers) fuse_remove_signal_handlers(se);
+    if (mounted) fuse_session_unmount(se);
+    if (se) fuse_session_destroy(se);
+  }
+};
+
+}  // namespace
+
+int run_mount(const MountOptions &opts) {
+  Fs fs;
+  fs.opts = opts.fs;
+  fs.undo_sync = opts.undo_sync;
+  fs.paths = StorePaths::of(absolute(opts.store));
+  std::string mountpoint = absolute(opts.mountpoint);
+  MountOptions o = opts;
+  if (!o.log_file.empty() && o.log_file[0] != '/') o.log_file = std::filesystem::absolute(o.log_file);
+  check_store_layout(fs.paths);
+  StoreLock lock(fs.paths);
+
+  fs.tree_fd = ::open(fs.paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fs.tree_fd < 0) throw_errno("open " + fs.paths.tree, errno);
+  BackingId tree = backing_id(fs.tree_fd);
+  fs.tree_ino = tree.ino;
+  // Validate the database and roll back what a crash left half-done now, while
+  // errors still reach the caller; the connection the daemon uses is opened after
+  // fork (SQLite connections must not cross fork).
+  {
+    auto db = MetaDb::open(fs.paths.db);
+    if (int v = db->upgraded_from())
+      spdlog::info("metadata database upgraded from schema version {} to {}", v, kSchemaVersion);
+    check_root(*db, tree);
+    fs.reflink = db->get_meta("backups").value_or("reflink") == "reflink";
+    RecoveryOptions ro;
+    ro.progress = [](const std::string &line) { spdlog::info("{}", line); };
+    RecoveryReport rep = recover_store(fs.paths, *db, ro);
+    for (auto &p : rep.problems) spdlog::error("recovery: not restored: {}", p);
+    for (auto &f : rep.handle_fixes) spdlog::info("recovery: handle table: {}", f);
+    if (rep.anything()) spdlog::info("recovery: {}", recovery_summary(rep));
+    fs.recoveries = rep.rolled_back;
+    // A rollback (this recovery, an earlier one, or an abort) that could not restore
+    // everything marked the store damaged: serving it as if nothing happened would
+    // hide that files may hold changes of rolled-back transactions.
+    if (auto damage = db->open_damage(); !damage.empty()) {
+      std::string all;
+      for (auto &d : damage) all += "\n  " + describe_damage(fs.paths, d);
+      std::string what = fmt::format("store {} is marked damaged ({} problem{} a rollback could "
+                                     "not fix):{}",
+                                     fs.paths.root, damage.size(), damage.size() == 1 ? "" : "s",
+                                     all);
+      if (!opts.force)
+        throw Error(what + "\nnot mounted (recovery has run; the store is otherwise ready)",
+                    damage_hint());
+      fmt::print(stderr, "txnfs: warning: {}\nserving it anyway (--force)\n", what);
+      spdlog::warn("{}; serving it anyway (--force)", what);
+    }
+  }
+  fs.backups_fd = ::open(fs.paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fs.backups_fd < 0) throw_errno("open " + fs.paths.backups, errno);
+  fs.txns->limits.lock_timeout = opts.lock_timeout;
+  fs.txns->limits.max_ops = opts.max_ops;
+  fs.txns->limits.max_backup_bytes = opts.max_backup_bytes;
+
+  std::vector<std::string> argv_s = {
+      "txnfs", "-o",
+      fmt::format("default_permissions,allow_other,fsname=txnfs:{},subtype=txnfs",
+                  fs.paths.root)};
+  for (auto &o : opts.fuse_opts) {
+    argv_s.push_back("-o");
+    argv_s.push_back(o);
+  }
+  std::vector<char *> argv;
+  for (auto &s : argv_s) argv.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(int(argv.size()), argv.data());
+
+  fuse_lowlevel_ops ops = make_ops();
+  Session s;
+  s.se = fuse_session_new(&args, &ops, sizeof ops, &fs);
+  if (!s.se) throw Error("cannot start a FUSE session (bad -o option?)");
+  if (fuse_set_signal_handlers(s.se) != 0) throw Error("cannot install signal handlers");
+  s.handlers = true;
+  if (fuse_session_mount(s.se, mountpoint.c_str()) != 0)
+    throw Error(fmt::format("cannot mount at {}", mountpoint),
+                "does the directory exist, and is /dev/fuse available?");
+  s.mounted = true;
+
+  int ready_fd = -1;
+  if (!opts.foreground) {
+    ready_fd = daemonize();
+    if (o.log_file.empty())
+      spdlog::set_default_logger(spdlog::syslog_logger_mt("txnfs", "txnfs", LOG_PID));
+  }
+  if (!o.log_file.empty()) {
+    spdlog::set_default_logger(spdlog::basic_logger_mt("txnfs", o.log_file));
+    spdlog::flush_on(spdlog::level::info);
+  }
+  if (!opts.pid_file.empty()) std::ofstream(opts.pid_file) << ::getpid() << "\n";
+
+  fs.db = MetaDb::open(fs.paths.db);
+  fs.root = std::make_shared<Inode>();
+  fs.root->fd = ::dup(fs.tree_fd);
+  fs.root->nodeid = FUSE_ROOT_ID;
+  fs.root->ino = tree.ino;
+  fs.root->generation = tree.generation;
+  fs.root->fh = tree.fh;
+  fs.root->type = S_IFDIR;
+  fs.inodes.add_lookup(fs.root);  // the root never leaves the table
+  ::umask(0);                     // modes arrive with the caller's umask applied
+  // One O_PATH fd per inode the kernel holds: the soft limit (often 1024) is far too low.
+  if (rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  spdlog::info("serving {} at {}", fs.paths.root, mountpoint);
+
+  lock_order::set_reporter(report_lock_order);
+  stall::Watchdog watchdog;
+  watchdog.start();
+  fs.txns->start();
+  fs.inval.start(s.se);
+  if (ready_fd >= 0) {  // the mount is served: let `txnfs mount` return
+    char ok = 0;
+    [[maybe_unused]] auto n = ::write(ready_fd, &ok, 1);
+    ::close(ready_fd);
+  }
+
+  fuse_loop_config *cfg = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(cfg, 1);
+  // Requests may wait for locks; enough threads remain to serve the commit or abort
+  // that ends the wait.
+  fuse_loop_cfg_set_max_threads(cfg, 256);
+  // Idle workers beyond these exit: each holds a ~1 MiB request buffer.
+  fuse_loop_cfg_set_idle_threads(cfg, 8);
+  int rc = fuse_session_loop_mt(s.se, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  fs.inval.stop();
+  fs.txns->stop();
+  watchdog.stop();
+  spdlog::info("unmounting {}", mountpoint);
+  if (!opts.pid_file.empty()) ::unlink(opts.pid_file.c_str());
+  return rc == 0 ? 0 : 1;
+}
+
+}  // namespace txnfs

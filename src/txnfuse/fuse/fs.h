@@ -1,0 +1,78 @@
+// Fs — the state one txnfs daemon serves a store with, shared by all FUSE ops.
+//
+// The request path of every op (ops_*.cc) reads top to bottom: resolve the nodeid
+// to an Inode, do the backing call on the XFS tree, record handle-table changes in
+// MetaDb, reply. Kernel caches stay on (entries, attributes, pages, directory
+// listings) because every change to the tree passes through this daemon.
+//
+// The daemon's mutexes follow one hierarchy, src/sync/lock_order.h (checked by clang's
+// thread-safety analysis and, in debug builds, at run time); a request unanswered for
+// 30 s is reported as stalled (stall_watchdog.h).
+#define FUSE_USE_VERSION 312
+#pragma once
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "txnfuse/fuse/inode_table.h"
+#include "txnfuse/fuse/invalidator.h"
+#include "txnfuse/txn/txn_env.h"
+
+namespace txnfs {
+
+struct FsOptions {
+  double entry_timeout = 3600;  // seconds the kernel may cache a name -> inode
+  double attr_timeout = 3600;   // seconds the kernel may cache attributes
+};
+
+class TxnManager;
+
+// The store-side state (TxnEnv: fds, MetaDb, locks, committed view) plus the FUSE side.
+struct Fs : TxnEnv {
+  Fs();
+  ~Fs();
+  FsOptions opts;
+  InodeTable inodes;
+  InodePtr root;
+  Invalidator inval;  // the kernel's caches; TxnEnv::cache points here
+  std::unique_ptr<TxnManager> txns;
+};
+
+// The Fs a request belongs to.
+inline Fs &fs_of(fuse_req_t req) { return *static_cast<Fs *>(fuse_req_userdata(req)); }
+
+// The Inode for a nodeid the kernel holds. The kernel only sends nodeids it was
+// given, so a miss is a daemon bug; it yields null and callers reply ESTALE.
+InodePtr inode_of(fuse_req_t req, fuse_ino_t nodeid);
+
+// Looks up `name` in `parent`, adds a kernel lookup, records the object in the
+// handle table if it is not there yet, and fills `e`. Returns 0 or an errno.
+int do_lookup(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e);
+
+// fi->fh of an open file: the backing fd, plus kDirectIoFh when the kernel serves the
+// open without its page cache (FOPEN_DIRECT_IO). Such writes reach the daemon without
+// the set-ID and capability clearing the kernel does before a cached write, so the
+// write handler does it (see kill_privs in ops_data.cc).
+inline constexpr uint64_t kDirectIoFh = uint64_t(1) << 32;
+inline int fd_of(const fuse_file_info *fi) { return int(fi->fh & 0xffffffffu); }
+inline void set_fh(fuse_file_info *fi, int fd) {
+  fi->fh = uint64_t(unsigned(fd)) | (fi->direct_io ? kDirectIoFh : 0);
+}
+// Open flags the backing file is opened with for a kernel open with `flags`. O_DIRECT
+// is not passed on: the kernel already bypasses its page cache for such an open
+// (direct_io), and the buffers FUSE hands over have no O_DIRECT alignment.
+inline int backing_open_flags(int flags) {
+  return (flags | O_CLOEXEC) & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY | O_DIRECT);
+}
+
+// Clears privileges after a write, truncation or fallocate by the caller of `req`, as
+// XFS does (ops_data.cc). `fd` may be O_PATH. Returns 0 or an errno.
+int kill_privs(fuse_req_t req, int fd, bool direct);
+
+// The low-level operation table.
+fuse_lowlevel_ops make_ops();
+
+}  // namespace txnfs

@@ -1,0 +1,67 @@
+#include "txnfuse/fuse/invalidator.h"
+
+namespace txnfs {
+
+void Invalidator::start(fuse_session *se) {
+  se_ = se;
+  t_ = std::thread([this] { loop(); });
+}
+
+void Invalidator::stop() {
+  {
+    MutexLock g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  sent_cv_.notify_all();
+  if (t_.joinable()) t_.join();
+}
+
+void Invalidator::inode(uint64_t nodeid) {
+  if (!se_) return;
+  {
+    MutexLock g(mu_);
+    q_.push_back({nodeid, {}});
+    queued_++;
+  }
+  cv_.notify_one();
+}
+
+void Invalidator::entry(uint64_t parent, const std::string &name) {
+  if (!se_) return;
+  {
+    MutexLock g(mu_);
+    q_.push_back({parent, name});
+    queued_++;
+  }
+  cv_.notify_one();
+}
+
+void Invalidator::flush() {
+  // The kernel may wait for a request that waits for a mutex held here.
+  lock_order::assert_none_held("the kernel's invalidations");
+  MutexLock g(mu_);
+  uint64_t upto = queued_;
+  while (!stop_ && sent_ < upto) sent_cv_.wait(mu_);
+}
+
+void Invalidator::loop() {
+  MutexLock g(mu_);
+  while (true) {
+    while (!stop_ && q_.empty()) cv_.wait(mu_);
+    if (stop_) return;
+    Item it = std::move(q_.front());
+    q_.pop_front();
+    g.unlock();
+    // Errors (ENOENT: the kernel holds nothing for it) need no handling.
+    if (it.name.empty())
+      fuse_lowlevel_notify_inval_inode(se_, it.node, 0, 0);
+    else
+      fuse_lowlevel_notify_inval_entry(se_, it.node, it.name.c_str(), it.name.size());
+    g.lock();
+    sent_++;
+    sent_cv_.notify_all();
+  }
+}
+
+}  // namespace txnfs

@@ -1,0 +1,47 @@
+// Invalidator — tells the kernel to drop what it cached about objects and names a
+// finished transaction changed, from a thread of its own: the notify calls take
+// kernel locks that a request handler (or a request waiting on our locks) may hold.
+#pragma once
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <thread>
+
+#include "sync/mutex.h"
+#include "txnfuse/txn/txn_env.h"
+
+namespace txnfs {
+
+class Invalidator final : public CacheInvalidator {
+ public:
+  void start(fuse_session *se);
+  void stop() EXCLUDES(mu_);
+  void inode(uint64_t nodeid) override EXCLUDES(mu_);
+  void entry(uint64_t parent, const std::string &name) override EXCLUDES(mu_);
+  // Waits until everything queued before the call has been sent to the kernel. A
+  // transaction's commit or abort calls it (after releasing its locks) before it
+  // replies, so that the caller's next request cannot meet a dentry the transaction
+  // left stale (after an aborted rename, the old name would still lead to the moved
+  // object, and a write to it would land in the wrong file).
+  void flush() override EXCLUDES(mu_);
+
+ private:
+  struct Item {
+    uint64_t node;
+    std::string name;  // empty: the inode
+  };
+  void loop() EXCLUDES(mu_);
+  fuse_session *se_ = nullptr;
+  Mutex mu_{LockRank::kInvalidator};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
+  CondVar cv_;
+  std::deque<Item> q_ GUARDED_BY(mu_);
+  uint64_t queued_ GUARDED_BY(mu_) = 0, sent_ GUARDED_BY(mu_) = 0;  // items ever queued / sent
+  CondVar sent_cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::thread t_;
+};
+
+}  // namespace txnfs

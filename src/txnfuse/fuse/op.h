@@ -1,0 +1,81 @@
+// Op — one FUSE request's view of transactions. Constructed first thing in every
+// handler that touches the tree:
+//   - it finds the transaction the calling thread belongs to (or none);
+//   - lock() takes the locks the request needs: a transaction keeps them until it
+//     ends, a plain request only until its reply (it behaves as a one-operation
+//     transaction); while no transaction is open, plain requests take no locks;
+//   - cacheable() says whether the kernel may cache what the reply returns:
+//     nothing a transaction sees may outlive it in a kernel cache.
+#pragma once
+#include <memory>
+
+#include "txnfuse/fuse/fs.h"
+#include "txnfuse/txn/txn.h"
+
+namespace txnfs {
+
+class Op {
+ public:
+  explicit Op(fuse_req_t req);
+  ~Op();
+  Op(const Op &) = delete;
+  Op &operator=(const Op &) = delete;
+
+  // Non-zero when the request must fail before it starts (its transaction is
+  // abort-only or ending, or over its limits).
+  int error() const { return err_; }
+  // For requests that only read (getattr, lookup): a transaction that can only abort
+  // is still served -- as a plain request, seeing the committed state it will return
+  // to -- so that its own thread can reach the control channel to end it.
+  int read_error() const { return doomed_ ? 0 : err_; }
+  Txn *txn() const { return txn_.get(); }
+  bool cacheable() const { return !txn_; }
+  // A plain request while transactions are open: it must not see their changes.
+  bool plain_isolated() const { return !txn_ && !lockless_; }
+  Fs &fs() const { return fs_; }
+
+  // The inode a request acts on, and the errno to reply with instead (0: go on).
+  struct Target {
+    InodePtr inode;
+    int err = 0;
+  };
+  // The opening most handlers share: error() when the request must fail, else ESTALE
+  // when `nodeid` is unknown, else the result of taking `mode` on the object:
+  //   auto [i, err] = op.on(nodeid, LockMode::X);
+  Target on(uint64_t nodeid, LockMode mode);
+  // The same without a lock (the handler takes its own, or needs none).
+  Target on(uint64_t nodeid);
+  // As on(nodeid), for requests that only read: read_error() instead of error().
+  Target on_read(uint64_t nodeid);
+
+  // Takes `mode` on `key`; returns 0 or an errno to reply with. A transaction that
+  // cannot get a lock (deadlock victim, timeout) becomes abort-only.
+  int lock(const LockKey &key, LockMode mode);
+  int lock_object(uint64_t nodeid, LockMode mode) { return lock(LockKey::object(nodeid), mode); }
+  // IX (or IS for reads) on the directory and X (or S) on the entry.
+  int lock_entry(uint64_t dir, const char *name, bool write);
+
+  // Attributes as this request's transaction must see them.
+  void adjust(struct stat &st) const {
+    if (txn_) txn_->adjust(st, fs_.nodeid_of(st.st_ino));
+  }
+
+  // Cache lifetimes of a reply. What a transaction changed (`changed_entry`: the
+  // entry itself; and every object it touched) must not outlive it in a kernel cache;
+  // what it only read is committed state, which it keeps locked until it ends.
+  void set_timeouts(fuse_entry_param &e, bool changed_entry = false) const;
+  double attr_timeout(uint64_t nodeid) const;
+
+ private:
+  fuse_req_t req_;
+  Fs &fs_;
+  TxnPtr txn_;
+  std::unique_ptr<LockOwner> plain_;  // a plain request's own locks
+  bool lockless_ = false;             // counted in fs.unlocked_inflight
+  bool entered_ = false;
+  bool doomed_ = false;  // its transaction is abort-only: served as a plain request
+  bool mutating_ = false;  // took an X or IX lock: the request changes the tree
+  int err_ = 0;
+};
+
+}  // namespace txnfs

@@ -1,0 +1,112 @@
+// The operation table and connection setup.
+#include <sys/stat.h>
+
+#include <tuple>
+
+#include "txnfuse/fuse/fs.h"
+#include "sync/stall_watchdog.h"
+
+namespace txnfs {
+
+void add_entry_ops(fuse_lowlevel_ops &ops);
+void add_data_ops(fuse_lowlevel_ops &ops);
+void add_dir_ops(fuse_lowlevel_ops &ops);
+void add_ctl_ops(fuse_lowlevel_ops &ops);
+
+namespace {
+
+void op_init(void *, fuse_conn_info *conn) {
+  auto want = [conn](unsigned cap) {
+    if (conn->capable & cap) conn->want |= cap;
+  };
+  // Handles that survive restarts: the kernel may LOOKUP(nodeid, "." / "..").
+  want(FUSE_CAP_EXPORT_SUPPORT);
+  want(FUSE_CAP_SPLICE_WRITE);
+  want(FUSE_CAP_SPLICE_MOVE);
+  want(FUSE_CAP_PARALLEL_DIROPS);
+  want(FUSE_CAP_READDIRPLUS);
+  want(FUSE_CAP_READDIRPLUS_AUTO);
+  want(FUSE_CAP_CACHE_SYMLINKS);
+  // Write-through: every write is a request of the writing thread (transactions bind
+  // requests to threads), and set-ID bits are cleared by the kernel, not by us.
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+}
+
+// The handlers make_ops() wraps: every request runs inside a stall::InFlight scope,
+// so the watchdog sees it (stall_watchdog.h).
+fuse_lowlevel_ops handlers;
+
+// The nodeid a request is about: its argument at `Index` (-1: none).
+template <int Index, typename... A>
+uint64_t node_arg(A... a) {
+  if constexpr (Index < 0) return 0;
+  else return uint64_t(std::get<Index>(std::forward_as_tuple(a...)));
+}
+
+}  // namespace
+
+fuse_lowlevel_ops make_ops() {
+  fuse_lowlevel_ops ops{};
+  ops.init = op_init;
+  add_entry_ops(ops);
+  add_data_ops(ops);
+  add_dir_ops(ops);
+  add_ctl_ops(ops);
+  handlers = ops;
+#define TXNFS_WATCHED(field, name, node_index)                            \
+  if (ops.field)                                                          \
+    ops.field = [](auto... a) {                                           \
+      stall::InFlight in_flight(name, node_arg<node_index>(a...));        \
+      handlers.field(a...);                                               \
+    };
+  ops.lookup = [](fuse_req_t req, fuse_ino_t parent, const char *name) {
+    stall::InFlight in_flight("LOOKUP", parent);
+    stall::lookup_hook(name);
+    handlers.lookup(req, parent, name);
+  };
+  TXNFS_WATCHED(forget, "FORGET", 1)
+  TXNFS_WATCHED(getattr, "GETATTR", 1)
+  TXNFS_WATCHED(setattr, "SETATTR", 1)
+  TXNFS_WATCHED(readlink, "READLINK", 1)
+  TXNFS_WATCHED(mknod, "MKNOD", 1)
+  TXNFS_WATCHED(mkdir, "MKDIR", 1)
+  TXNFS_WATCHED(unlink, "UNLINK", 1)
+  TXNFS_WATCHED(rmdir, "RMDIR", 1)
+  TXNFS_WATCHED(symlink, "SYMLINK", 2)
+  TXNFS_WATCHED(rename, "RENAME", 1)
+  TXNFS_WATCHED(link, "LINK", 1)
+  TXNFS_WATCHED(open, "OPEN", 1)
+  TXNFS_WATCHED(read, "READ", 1)
+  TXNFS_WATCHED(write, "WRITE", 1)
+  TXNFS_WATCHED(flush, "FLUSH", 1)
+  TXNFS_WATCHED(release, "RELEASE", 1)
+  TXNFS_WATCHED(fsync, "FSYNC", 1)
+  TXNFS_WATCHED(opendir, "OPENDIR", 1)
+  TXNFS_WATCHED(readdir, "READDIR", 1)
+  TXNFS_WATCHED(releasedir, "RELEASEDIR", 1)
+  TXNFS_WATCHED(fsyncdir, "FSYNCDIR", 1)
+  TXNFS_WATCHED(statfs, "STATFS", 1)
+  TXNFS_WATCHED(setxattr, "SETXATTR", 1)
+  TXNFS_WATCHED(getxattr, "GETXATTR", 1)
+  TXNFS_WATCHED(listxattr, "LISTXATTR", 1)
+  TXNFS_WATCHED(removexattr, "REMOVEXATTR", 1)
+  TXNFS_WATCHED(access, "ACCESS", 1)
+  TXNFS_WATCHED(create, "CREATE", 1)
+  TXNFS_WATCHED(getlk, "GETLK", 1)
+  TXNFS_WATCHED(setlk, "SETLK", 1)
+  TXNFS_WATCHED(bmap, "BMAP", 1)
+  TXNFS_WATCHED(ioctl, "IOCTL", 1)
+  TXNFS_WATCHED(poll, "POLL", 1)
+  TXNFS_WATCHED(write_buf, "WRITE", 1)
+  TXNFS_WATCHED(forget_multi, "BATCH_FORGET", -1)
+  TXNFS_WATCHED(flock, "FLOCK", 1)
+  TXNFS_WATCHED(fallocate, "FALLOCATE", 1)
+  TXNFS_WATCHED(readdirplus, "READDIRPLUS", 1)
+  TXNFS_WATCHED(copy_file_range, "COPY_FILE_RANGE", 1)
+  TXNFS_WATCHED(lseek, "LSEEK", 1)
+#undef TXNFS_WATCHED
+  return ops;
+}
+
+}  // namespace txnfs

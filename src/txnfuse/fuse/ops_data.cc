@@ -1,0 +1,265 @@
+// File data and per-object operations: open/read/write and friends, statfs, xattrs.
+// Data moves by splice where the kernel allows it (fuse_buf_copy / fuse_reply_data).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <vector>
+
+#include "txnfuse/fuse/fs.h"
+#include "txnfuse/fuse/op.h"
+#include "txnfuse/txn/recorder.h"
+
+namespace txnfs {
+
+namespace {
+
+void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
+  Op op(req);
+  auto [i, err] = op.on(nodeid);
+  if (!err && (fi->flags & O_TRUNC)) {
+    err = op.lock_object(nodeid, LockMode::X);
+    if (!err && op.txn()) err = save_truncate(op.fs(), *op.txn(), *i, 0);
+  }
+  if (err) return (void)fuse_reply_err(req, err);
+  int fd = ::open(proc_path(i->fd).c_str(), backing_open_flags(fi->flags));
+  if (fd < 0) return (void)fuse_reply_err(req, errno);
+  // Every plain write reaches the backing file through this daemon and the kernel's
+  // page cache, so cached pages stay valid across opens; there is nothing to flush.
+  // A transaction's I/O bypasses the page cache: its reads must take locks here, and
+  // its writes must not be seen by others before it commits.
+  // A plain open while transactions are open bypasses the page cache too: a
+  // transaction's writes move the kernel's file size, which would clip cached reads.
+  fi->keep_cache = op.cacheable() && !op.plain_isolated() && !i->txn_written;
+  fi->noflush = 1;
+  fi->direct_io = !fi->keep_cache || (fi->flags & O_DIRECT);
+  set_fh(fi, fd);
+  fuse_reply_open(req, fi);
+}
+
+void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
+  ::close(fd_of(fi));
+  fuse_reply_err(req, 0);
+}
+
+void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info *) { fuse_reply_err(req, 0); }
+
+void op_fsync(fuse_req_t req, fuse_ino_t, int datasync, fuse_file_info *fi) {
+  if (fs_of(req).txns->defers_fsync(fuse_req_ctx(req)->pid)) return (void)fuse_reply_err(req, 0);
+  int rc = datasync ? ::fdatasync(fd_of(fi)) : ::fsync(fd_of(fi));
+  fuse_reply_err(req, rc == 0 ? 0 : errno);
+}
+
+// A plain read while transactions are open: the committed bytes, without waiting.
+void read_committed(fuse_req_t req, Fs &fs, fuse_ino_t nodeid, size_t size, off_t off,
+                    fuse_file_info *fi) {
+  std::vector<char> buf(size);
+  ssize_t n = fs.view.read(nodeid, fd_of(fi), buf.data(), size, off);
+  if (n < 0) return (void)fuse_reply_err(req, int(-n));
+  fuse_reply_buf(req, buf.data(), size_t(n));
+}
+
+void op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off, fuse_file_info *fi) {
+  Op op(req);
+  if (!op.error() && op.plain_isolated()) return read_committed(req, op.fs(), nodeid, size, off, fi);
+  int err = op.error() ? op.error() : op.lock_object(nodeid, LockMode::S);
+  if (err) return (void)fuse_reply_err(req, err);
+  fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+  buf.buf[0].flags = fuse_buf_flags(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  buf.buf[0].fd = fd_of(fi);
+  buf.buf[0].pos = off;
+  fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+void op_write_buf(fuse_req_t req, fuse_ino_t nodeid, fuse_bufvec *in, off_t off,
+                  fuse_file_info *fi) {
+  Op op(req);
+  auto [i, err] = op.on(nodeid, LockMode::X);
+  if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *i, off, fuse_buf_size(in));
+  if (!err) err = kill_privs(req, fd_of(fi), fi->fh & kDirectIoFh);
+  if (err) return (void)fuse_reply_err(req, err);
+  fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
+  out.buf[0].flags = fuse_buf_flags(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  out.buf[0].fd = fd_of(fi);
+  out.buf[0].pos = off;
+  ssize_t n = fuse_buf_copy(&out, in, fuse_buf_copy_flags(0));
+  if (n < 0) fuse_reply_err(req, int(-n));
+  else fuse_reply_write(req, size_t(n));
+}
+
+void op_fallocate(fuse_req_t req, fuse_ino_t nodeid, int mode, off_t off, off_t len,
+                  fuse_file_info *fi) {
+  Op op(req);
+  auto [i, err] = op.on(nodeid, LockMode::X);
+  if (!err && op.txn()) {
+    Txn &t = *op.txn();
+    if (mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE))
+      err = save_truncate(op.fs(), t, *i, off);  // everything from off on moves
+    else if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))
+      err = save_range(op.fs(), t, *i, off, len);
+    else
+      err = save_attrs(op.fs(), t, *i);
+  }
+  if (!err) err = kill_privs(req, fd_of(fi), false);
+  if (err) return (void)fuse_reply_err(req, err);
+  int rc = ::fallocate(fd_of(fi), mode, off, len);
+  fuse_reply_err(req, rc == 0 ? 0 : errno);
+}
+
+void op_lseek(fuse_req_t req, fuse_ino_t nodeid, off_t off, int whence, fuse_file_info *fi) {
+  Op op(req);
+  int err = op.error() ? op.error() : op.plain_isolated() ? 0 : op.lock_object(nodeid, LockMode::S);
+  if (err) return (void)fuse_reply_err(req, err);
+  off_t r = ::lseek(fd_of(fi), off, whence);
+  if (r < 0) fuse_reply_err(req, errno);
+  else fuse_reply_lseek(req, r);
+}
+
+void op_copy_file_range(fuse_req_t req, fuse_ino_t in_node, off_t off_in,
+                        fuse_file_info *fi_in, fuse_ino_t out_node, off_t off_out,
+                        fuse_file_info *fi_out, size_t len, int flags) {
+  Op op(req);
+  InodePtr out_i = inode_of(req, out_node);
+  int err = op.error() ? op.error() : !out_i ? ESTALE : op.lock_object(in_node, LockMode::S);
+  if (!err) err = op.lock_object(out_node, LockMode::X);
+  if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *out_i, off_out, len);
+  if (err) return (void)fuse_reply_err(req, err);
+  loff_t in = off_in, out = off_out;
+  ssize_t n = ::copy_file_range(int(fi_in->fh), &in, int(fi_out->fh), &out, len, unsigned(flags));
+  if (n < 0) fuse_reply_err(req, errno);
+  else fuse_reply_write(req, size_t(n));
+}
+
+void op_statfs(fuse_req_t req, fuse_ino_t nodeid) {
+  InodePtr i = inode_of(req, nodeid);
+  struct statvfs sv;
+  if (!i) return (void)fuse_reply_err(req, ESTALE);
+  if (::fstatvfs(i->fd, &sv) != 0) return (void)fuse_reply_err(req, errno);
+  fuse_reply_statfs(req, &sv);
+}
+
+// xattr calls reach the object through /proc/self/fd/N: the O_PATH fd cannot be
+// used with f*xattr, and the magic link resolves to the object itself (also for
+// symlinks), never to what it points at.
+void reply_xattr_result(fuse_req_t req, size_t size, ssize_t n, const std::vector<char> &buf) {
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  if (size == 0) return (void)fuse_reply_xattr(req, size_t(n));
+  fuse_reply_buf(req, buf.data(), size_t(n));
+}
+
+// Where a request reads xattrs: the object itself, or — for a plain request while an
+// open transaction has changed them — the snapshot that transaction saved. An O_PATH
+// fd (err() tells why there is none).
+UniqueFd xattr_source(Op &op, const Inode &i) {
+  if (op.plain_isolated()) return op.fs().view.xattr_source(i.nodeid, i.fd);
+  return UniqueFd(::fcntl(i.fd, F_DUPFD_CLOEXEC, 0));
+}
+
+// getxattr/listxattr: `call(path, buf, size)` on the xattr source of the object.
+template <typename Call>
+void read_xattrs(fuse_req_t req, fuse_ino_t nodeid, size_t size, Call call) {
+  Op op(req);
+  auto [i, err] = op.on(nodeid);
+  if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
+  if (err) return (void)fuse_reply_err(req, err);
+  UniqueFd fd = xattr_source(op, *i);
+  if (!fd) return (void)fuse_reply_err(req, fd.err());
+  std::vector<char> buf(size);
+  ssize_t n = call(proc_path(fd.get()).c_str(), size ? buf.data() : nullptr, size);
+  reply_xattr_result(req, size, n, buf);
+}
+
+void op_getxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, size_t size) {
+  read_xattrs(req, nodeid, size, [name](const char *path, char *buf, size_t len) {
+    return ::getxattr(path, name, buf, len);
+  });
+}
+
+void op_listxattr(fuse_req_t req, fuse_ino_t nodeid, size_t size) {
+  read_xattrs(req, nodeid, size, [](const char *path, char *buf, size_t len) {
+    return ::listxattr(path, buf, len);
+  });
+}
+
+void op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, const char *value,
+                 size_t size, int flags) {
+  Op op(req);
+  auto [i, err] = op.on(nodeid, LockMode::X);
+  if (!err && op.txn()) err = save_xattrs(op.fs(), *op.txn(), *i);
+  if (err) return (void)fuse_reply_err(req, err);
+  int rc = ::setxattr(proc_path(i->fd).c_str(), name, value, size, flags);
+  fuse_reply_err(req, rc == 0 ? 0 : errno);
+}
+
+void op_removexattr(fuse_req_t req, fuse_ino_t nodeid, const char *name) {
+  Op op(req);
+  auto [i, err] = op.on(nodeid, LockMode::X);
+  if (!err && op.txn()) err = save_xattrs(op.fs(), *op.txn(), *i);
+  if (err) return (void)fuse_reply_err(req, err);
+  int rc = ::removexattr(proc_path(i->fd).c_str(), name);
+  fuse_reply_err(req, rc == 0 ? 0 : errno);
+}
+
+}  // namespace
+
+// Is the caller of `req` in group `gid` (primary or supplementary)?
+static bool in_group(fuse_req_t req, gid_t gid) {
+  if (fuse_req_ctx(req)->gid == gid) return true;
+  gid_t groups[64];
+  int n = fuse_req_getgroups(req, 64, groups);
+  for (int k = 0; k < std::min(n, 64); k++)
+    if (groups[k] == gid) return true;
+  return false;
+}
+
+// Clearing of privileges on a write, as XFS does it: the set-user-ID bit, and the
+// set-group-ID bit where it means "setgid" (group execute set) or the writer is outside
+// the file's group, unless the writer is root; and, for writes the kernel sends without
+// its page cache (`direct`), file capabilities (security.capability), even for root.
+// The kernel clears capabilities before a cached write itself, but set-ID bits only by
+// an older rule (group-executable files), and nothing for direct I/O. Returns 0 or errno.
+int kill_privs(fuse_req_t req, int fd, bool direct) {
+  const fuse_ctx *ctx = fuse_req_ctx(req);
+  if (ctx->uid != 0) {
+    struct stat st;
+    if (::fstat(fd, &st) != 0) return errno;
+    mode_t kill = 0;
+    if (S_ISREG(st.st_mode) && (st.st_mode & S_ISUID)) kill |= S_ISUID;
+    if (S_ISREG(st.st_mode) && (st.st_mode & S_ISGID) &&
+        ((st.st_mode & S_IXGRP) || !in_group(req, st.st_gid)))
+      kill |= S_ISGID;
+    if (kill) {
+      mode_t mode = st.st_mode & 07777 & ~kill;
+      int rc = ::fchmod(fd, mode);
+      if (rc != 0 && errno == EBADF) rc = ::chmod(proc_path(fd).c_str(), mode);  // O_PATH fd
+      if (rc != 0) return errno;
+    }
+  }
+  // (only writes pass `direct`, with the open file's own fd: no path lookup per write)
+  if (direct && ::fremovexattr(fd, "security.capability") != 0 && errno != ENODATA)
+    return errno;
+  return 0;
+}
+
+void add_data_ops(fuse_lowlevel_ops &ops) {
+  ops.open = op_open;
+  ops.release = op_release;
+  ops.flush = op_flush;
+  ops.fsync = op_fsync;
+  ops.read = op_read;
+  ops.write_buf = op_write_buf;
+  ops.fallocate = op_fallocate;
+  ops.lseek = op_lseek;
+  ops.copy_file_range = op_copy_file_range;
+  ops.statfs = op_statfs;
+  ops.getxattr = op_getxattr;
+  ops.listxattr = op_listxattr;
+  ops.setxattr = op_setxattr;
+  ops.removexattr = op_removexattr;
+}
+
+}  // namespace txnfs

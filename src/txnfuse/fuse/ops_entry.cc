@@ -1,0 +1,526 @@
+// Namespace operations: lookup/forget, attributes, and everything that creates,
+// links, removes or renames a directory entry. Each keeps the handle table in step
+// with the tree: a new object gets a row, a removed one loses it, a rename moves it.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <string_view>
+
+#include <spdlog/spdlog.h>
+
+#include "store/backing.h"
+#include "store/error.h"
+#include "txnfuse/fuse/fs.h"
+#include "txnfuse/fuse/op.h"
+#include "txnfuse/txn/recorder.h"
+
+namespace txnfs {
+
+InodePtr inode_of(fuse_req_t req, fuse_ino_t nodeid) {
+  Fs &fs = fs_of(req);
+  if (nodeid == FUSE_ROOT_ID) return fs.root;
+  return fs.inodes.get(nodeid);
+}
+
+namespace {
+
+// Handle-table names are only real entry names; "." and ".." record none.
+bool is_real_name(const char *name) {
+  return name && std::strcmp(name, ".") != 0 && std::strcmp(name, "..") != 0;
+}
+
+int stat_fd(int fd, struct stat *st) {
+  return ::fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 ? 0 : errno;
+}
+
+void fill_entry(const Fs &fs, const Inode &i, const struct stat &st, fuse_entry_param *e) {
+  std::memset(e, 0, sizeof *e);
+  e->ino = i.nodeid;
+  e->generation = i.generation;
+  e->attr = st;
+  e->attr_timeout = fs.opts.attr_timeout;
+  e->entry_timeout = fs.opts.entry_timeout;
+}
+
+// Records the object behind `i` in the handle table: always for a fresh object,
+// otherwise only when the table has no row for it yet (created before txnfs knew
+// the tree, or its row was lost to a crash) or an outdated one.
+void record_handle(Fs &fs, const Inode &i, const BackingId &id, uint64_t parent,
+                   const char *name, bool fresh) {
+  if (!fresh) {
+    auto row = fs.db->handle(i.nodeid);
+    if (row && row->generation == i.generation && row->ino == i.ino) return;
+  }
+  HandleRow row;
+  row.nodeid = i.nodeid;
+  row.generation = i.generation;
+  row.ino = i.ino;
+  row.fh = id.fh;
+  row.type = i.type;
+  if (is_real_name(name)) {
+    row.parent = parent;
+    row.name = name;
+  }
+  fs.db->put_handle(row);
+}
+
+// Shared tail of lookups: `fd` is an O_PATH fd to the object found as `name` in
+// `parent`; a new inode keeps it.
+int lookup_fd(Fs &fs, UniqueFd fd, uint64_t parent, const char *name, bool fresh,
+              fuse_entry_param *e) {
+  struct stat st;
+  if (int err = stat_fd(fd.get(), &st)) return err;
+  uint64_t nodeid = fs.nodeid_of(st.st_ino);
+  if (InodePtr known = fs.inodes.get(nodeid)) {
+    fd.reset();
+    known = fs.inodes.add_lookup(known);
+    fill_entry(fs, *known, st, e);
+    return 0;
+  }
+  auto i = std::make_shared<Inode>();
+  i->fd = fd.release();
+  i->ino = st.st_ino;
+  i->nodeid = nodeid;
+  i->type = st.st_mode & S_IFMT;
+  BackingId id = backing_id(i->fd);
+  i->generation = id.generation;
+  i->fh = id.fh;
+  record_handle(fs, *i, id, parent, name, fresh);
+  i = fs.inodes.add_lookup(i);
+  fill_entry(fs, *i, st, e);
+  return 0;
+}
+
+int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
+                fuse_entry_param *e) {
+  if (parent->nodeid == FUSE_ROOT_ID && std::strcmp(name, "..") == 0)
+    name = ".";  // the tree root is its own parent: never step into the store
+  UniqueFd fd(::openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return fd.err();
+  return lookup_fd(fs, std::move(fd), parent->nodeid, name, fresh, e);
+}
+
+// LOOKUP(nodeid, "."): the kernel resolving a file handle (possibly from before a
+// restart). Serves any nodeid the handle table knows; anything else is stale.
+int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e) {
+  if (InodePtr i = nodeid == FUSE_ROOT_ID ? fs.root : fs.inodes.get(nodeid)) {
+    struct stat st;
+    if (int err = stat_fd(i->fd, &st)) return err;
+    if (st.st_nlink == 0) return ENOENT;  // removed; the kernel has not forgotten it yet
+    i = fs.inodes.add_lookup(i);
+    fill_entry(fs, *i, st, e);
+    return 0;
+  }
+  auto row = fs.db->handle(nodeid);
+  if (!row) return ENOENT;  // the kernel reports ESTALE
+  UniqueFd fd(open_by_fh(fs.tree_fd, row->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return ENOENT;
+  struct stat st;
+  if (stat_fd(fd.get(), &st) != 0 || st.st_ino != row->ino || st.st_nlink == 0) return ENOENT;
+  return lookup_fd(fs, std::move(fd), 0, nullptr, false, e);
+}
+
+// A plain lookup while transactions are open: the committed state of the entry,
+// without waiting for their locks (see txn/committed_view.h for why reading the tree first and
+// the registry second is consistent). Sets *snapshot when an open transaction
+// changed the entry, so the answer must not be cached.
+int lookup_committed(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e,
+                     bool *snapshot) {
+  int err = lookup_name(fs, parent, name, false, e);
+  auto before = fs.view.before(parent->nodeid, name);
+  *snapshot = before.has_value();
+  if (!before) return err;
+  if (err == 0) fs.inodes.forget(e->ino, 1);
+  if (!before->existed) return ENOENT;
+  UniqueFd fd(open_by_fh(fs.tree_fd, before->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return ENOENT;
+  return lookup_fd(fs, std::move(fd), 0, nullptr, false, e);
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  Op op(req);
+  Fs &fs = op.fs();
+  fuse_entry_param e;
+  int err = op.read_error();
+  try {
+    if (err) {
+    } else if (std::strcmp(name, ".") == 0) {
+      err = lookup_self(fs, parent, &e);
+    } else {
+      InodePtr p = inode_of(req, parent);
+      bool snapshot = false;
+      if (!p) err = ESTALE;
+      else if (op.plain_isolated()) err = lookup_committed(fs, p, name, &e, &snapshot);
+      else if (!(err = op.lock_entry(parent, name, false))) err = lookup_name(fs, p, name, false, &e);
+      // What an open transaction may still change must not stay in kernel caches.
+      bool volatile_entry = snapshot || (op.txn() && fs.view.before(parent, name));
+      if (!err && op.plain_isolated() && !fs.view.attrs(e.ino, e.attr))
+        volatile_entry = true;
+      if (err == ENOENT) {  // negative entry: the kernel may cache the miss
+        std::memset(&e, 0, sizeof e);
+        op.set_timeouts(e, volatile_entry);
+        fuse_reply_entry(req, &e);
+        return;
+      }
+      if (!err) {
+        op.set_timeouts(e, volatile_entry);
+        if (volatile_entry) e.attr_timeout = 0;
+        fuse_reply_entry(req, &e);
+        return;
+      }
+    }
+  } catch (const std::exception &ex) {
+    spdlog::error("lookup {} in {}: {}", name, parent, ex.what());
+    err = EIO;
+  }
+  if (err) return (void)fuse_reply_err(req, err);
+  op.set_timeouts(e);
+  fuse_reply_entry(req, &e);
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t nodeid, uint64_t nlookup) {
+  fs_of(req).inodes.forget(nodeid, nlookup);
+  fuse_reply_none(req);
+}
+
+void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data *forgets) {
+  Fs &fs = fs_of(req);
+  for (size_t k = 0; k < count; k++) fs.inodes.forget(forgets[k].ino, forgets[k].nlookup);
+  fuse_reply_none(req);
+}
+
+void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
+  Op op(req);
+  auto [i, err] = op.on_read(nodeid);
+  struct stat st;
+  if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
+  if (!err) err = stat_fd(i->fd, &st);
+  if (err) return (void)fuse_reply_err(req, err);
+  double timeout = op.attr_timeout(nodeid);
+  if (op.plain_isolated() && !op.fs().view.attrs(nodeid, st)) timeout = 0;
+  op.adjust(st);
+  fuse_reply_attr(req, &st, timeout);
+}
+
+void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
+                fuse_file_info *fi) {
+  Op op(req);
+  auto [i, err] = op.on(nodeid, LockMode::X);
+  if (!err && op.txn())
+    err = (valid & FUSE_SET_ATTR_SIZE) ? save_truncate(op.fs(), *op.txn(), *i, attr->st_size)
+                                       : save_attrs(op.fs(), *op.txn(), *i);
+  if (err) return (void)fuse_reply_err(req, err);
+  int rc = 0;
+  if (valid & FUSE_SET_ATTR_MODE)
+    rc = fi ? ::fchmod(fd_of(fi), attr->st_mode) : ::chmod(proc_path(i->fd).c_str(), attr->st_mode);
+  if (rc == 0 && (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
+    uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : uid_t(-1);
+    gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : gid_t(-1);
+    rc = ::fchownat(i->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+  }
+  if (rc == 0 && (valid & FUSE_SET_ATTR_SIZE))
+    rc = fi ? ::ftruncate(fd_of(fi), attr->st_size)
+            : ::truncate(proc_path(i->fd).c_str(), attr->st_size);
+  if (rc == 0 && (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
+    auto pick = [valid](int set, int now, const timespec &t) {
+      if (valid & now) return timespec{0, UTIME_NOW};
+      return (valid & set) ? t : timespec{0, UTIME_OMIT};
+    };
+    timespec tv[2] = {pick(FUSE_SET_ATTR_ATIME, FUSE_SET_ATTR_ATIME_NOW, attr->st_atim),
+                      pick(FUSE_SET_ATTR_MTIME, FUSE_SET_ATTR_MTIME_NOW, attr->st_mtim)};
+    rc = fi ? ::futimens(fd_of(fi), tv) : ::utimensat(i->fd, "", tv, AT_EMPTY_PATH);
+  }
+  if (rc != 0) return (void)fuse_reply_err(req, errno);
+  if ((valid & FUSE_SET_ATTR_SIZE) && !(valid & FUSE_SET_ATTR_MODE))
+    if (int e = kill_privs(req, i->fd, false)) return (void)fuse_reply_err(req, e);
+  struct stat st;
+  if (int e = stat_fd(i->fd, &st)) return (void)fuse_reply_err(req, e);
+  op.adjust(st);
+  fuse_reply_attr(req, &st, op.attr_timeout(nodeid));
+}
+
+void op_readlink(fuse_req_t req, fuse_ino_t nodeid) {
+  Op op(req);
+  // A symlink's target never changes (only its name does): no lock needed.
+  auto [i, err] = op.on_read(nodeid);
+  if (err) return (void)fuse_reply_err(req, err);
+  char buf[PATH_MAX + 1];
+  ssize_t n = ::readlinkat(i->fd, "", buf, sizeof buf);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  if (n == ssize_t(sizeof buf)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  buf[n] = 0;
+  fuse_reply_readlink(req, buf);
+}
+
+// Gives a just-created entry the caller's ownership (the daemon creates as root).
+// In a set-group-ID directory the group stays the directory's, as the backing file
+// system set it. chown clears set-ID bits, so they are put back afterwards.
+int own_new_entry(fuse_req_t req, const InodePtr &parent, const char *name, mode_t mode) {
+  const fuse_ctx *ctx = fuse_req_ctx(req);
+  struct stat pst;
+  if (int err = stat_fd(parent->fd, &pst)) return err;
+  gid_t gid = (pst.st_mode & S_ISGID) ? gid_t(-1) : ctx->gid;
+  if (ctx->uid == 0 && (gid == gid_t(-1) || gid == 0)) return 0;
+  if (::fchownat(parent->fd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+  if (!S_ISLNK(mode) && (mode & (S_ISUID | S_ISGID | S_ISVTX)) &&
+      ::fchmodat(parent->fd, name, mode & 07777, 0) != 0)
+    return errno;
+  return 0;
+}
+
+// Makes a new entry `name` in `parent` with `make(dirfd, name)`: directly for a
+// plain request, through the undo log for a transaction. Then records its handle
+// and fills `e`. On failure nothing is left behind.
+int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name, mode_t mode,
+               const std::function<int(int, const char *)> &make, fuse_entry_param *e) {
+  Fs &fs = op.fs();
+  int err = op.lock_entry(parent->nodeid, name, true);
+  if (err) return err;
+  if (Txn *t = op.txn()) {
+    const fuse_ctx *ctx = fuse_req_ctx(req);
+    err = txn_make(fs, *t, *parent, name, mode, make, ctx->uid, ctx->gid);
+    if (err) return err;
+  } else {
+    if ((err = make(parent->fd, name))) return err;
+    if ((err = own_new_entry(req, parent, name, mode))) {
+      ::unlinkat(parent->fd, name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
+      return err;
+    }
+  }
+  try {
+    err = lookup_name(fs, parent, name, true, e);
+  } catch (const std::exception &ex) {
+    spdlog::error("recording new entry {} in {}: {}", name, parent->nodeid, ex.what());
+    err = EIO;
+  }
+  if (err && !op.txn()) ::unlinkat(parent->fd, name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
+  if (!err) op.set_timeouts(*e, true);
+  return err;
+}
+
+void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                     const std::function<int(int, const char *)> &make) {
+  Op op(req);
+  auto [p, err] = op.on(parent);
+  fuse_entry_param e;
+  if (!err) err = make_entry(req, op, p, name, mode, make, &e);
+  if (err) fuse_reply_err(req, err);
+  else fuse_reply_entry(req, &e);
+}
+
+int errno_of(int rc) { return rc == 0 ? 0 : errno; }
+
+void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev) {
+  reply_new_entry(req, parent, name, mode, [&](int dirfd, const char *n) {
+    return errno_of(::mknodat(dirfd, n, mode, rdev));
+  });
+}
+
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
+  reply_new_entry(req, parent, name, S_IFDIR | mode, [&](int dirfd, const char *n) {
+    return errno_of(::mkdirat(dirfd, n, mode));
+  });
+}
+
+void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name) {
+  reply_new_entry(req, parent, name, S_IFLNK | 0777, [&](int dirfd, const char *n) {
+    return errno_of(::symlinkat(link, dirfd, n));
+  });
+}
+
+void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+               fuse_file_info *fi) {
+  Op op(req);
+  auto [p, err] = op.on(parent);
+  UniqueFd fd;
+  fuse_entry_param e;
+  if (!err)
+    err = make_entry(req, op, p, name, S_IFREG | mode, [&](int dirfd, const char *n) {
+      fd.reset(::openat(dirfd, n, backing_open_flags(fi->flags) | O_CREAT | O_EXCL, mode));
+      return fd ? 0 : fd.err();
+    }, &e);
+  if (err) return (void)fuse_reply_err(req, err);
+  fi->keep_cache = op.cacheable();
+  fi->noflush = 1;
+  fi->direct_io = !op.cacheable() || (fi->flags & O_DIRECT);
+  set_fh(fi, fd.release());
+  fuse_reply_create(req, &e, fi);
+}
+
+void op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent, const char *newname) {
+  Op op(req);
+  Fs &fs = op.fs();
+  InodePtr i = inode_of(req, nodeid), p = inode_of(req, newparent);
+  int err = op.error() ? op.error() : (!i || !p) ? ESTALE : 0;
+  if (!err) err = op.lock_entry(newparent, newname, true);
+  if (!err) err = op.lock_object(nodeid, LockMode::X);
+  if (!err) {
+    if (op.txn())
+      err = txn_link(fs, *op.txn(), *i, *p, newname);
+    else
+      err = errno_of(::linkat(AT_FDCWD, proc_path(i->fd).c_str(), p->fd, newname,
+                              AT_SYMLINK_FOLLOW));
+  }
+  struct stat st;
+  if (!err) err = stat_fd(i->fd, &st);
+  if (err) return (void)fuse_reply_err(req, err);
+  fuse_entry_param e;
+  fs.inodes.add_lookup_existing(i);
+  fill_entry(fs, *i, st, &e);
+  op.set_timeouts(e, true);
+  fuse_reply_entry(req, &e);
+}
+
+// After `victim_fd`'s entry (parent, name) was removed or replaced: drop the row when
+// the object is gone, else forget that name of it.
+void unrecord_name(Fs &fs, int victim_fd, uint64_t parent, const char *name) {
+  struct stat st;
+  if (stat_fd(victim_fd, &st) != 0) return;
+  if (st.st_nlink == 0 || S_ISDIR(st.st_mode))
+    fs.db->remove_handle(fs.nodeid_of(st.st_ino));
+  else
+    fs.db->clear_handle_name(parent, name);
+}
+
+void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, int flags) {
+  Op op(req);
+  Fs &fs = op.fs();
+  InodePtr p = inode_of(req, parent);
+  int err = op.error() ? op.error() : !p ? ESTALE : op.lock_entry(parent, name, true);
+  struct stat vst;
+  if (!err) err = ::fstatat(p->fd, name, &vst, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : errno;
+  if (!err) err = op.lock_object(fs.nodeid_of(vst.st_ino), LockMode::X);
+  if (err) return (void)fuse_reply_err(req, err);
+  if (Txn *t = op.txn())
+    return (void)fuse_reply_err(req, txn_remove(fs, *t, *p, name, flags & AT_REMOVEDIR));
+  int victim = ::openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (victim < 0) return (void)fuse_reply_err(req, errno);
+  err = ::unlinkat(p->fd, name, flags) == 0 ? 0 : errno;
+  try {
+    if (!err) unrecord_name(fs, victim, parent, name);
+  } catch (const std::exception &ex) {
+    spdlog::error("unrecording {} in {}: {}", name, parent, ex.what());
+  }
+  ::close(victim);
+  fuse_reply_err(req, err);
+}
+
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  remove_entry(req, parent, name, 0);
+}
+
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
+  remove_entry(req, parent, name, AT_REMOVEDIR);
+}
+
+// RENAME_WHITEOUT leaves a new object, a whiteout, at the source name: like every
+// object it gets its handle row at once (an abort's undo removes the whiteout and
+// reports it, and its row goes then).
+void record_whiteout(Fs &fs, const InodePtr &parent, const char *name) {
+  auto w = std::make_shared<Inode>();
+  w->fd = ::openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (w->fd < 0 || stat_fd(w->fd, &st) != 0) return;
+  BackingId id = backing_id(w->fd);
+  w->ino = st.st_ino;
+  w->nodeid = fs.nodeid_of(st.st_ino);
+  w->type = st.st_mode & S_IFMT;
+  w->generation = id.generation;
+  w->fh = id.fh;
+  record_handle(fs, *w, id, parent->nodeid, name, true);
+}
+
+// Keeps the recorded name of `nodeid` so that an abort can put it back. Call it
+// before the MetaDb transaction that renames the row, never inside it: Txn::mu ranks
+// above MetaDb's mutex (src/sync/lock_order.h; txn_remove calls MetaDb under Txn::mu).
+// Abort replays row_names newest first, so the first name kept for a row — read before
+// any rename of the transaction changed it — is the one that stays.
+void remember_row_name(Fs &fs, Txn &t, uint64_t nodeid) EXCLUDES(t.mu) {
+  auto row = fs.db->handle(nodeid);
+  if (!row) return;
+  MutexLock g(t.mu);
+  t.row_names.push_back({nodeid, row->parent, row->name});
+}
+
+void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+               const char *newname, unsigned int flags) {
+  Op op(req);
+  Fs &fs = op.fs();
+  InodePtr p = inode_of(req, parent), np = inode_of(req, newparent);
+  int err = op.error() ? op.error() : (!p || !np) ? ESTALE : 0;
+  if (!err) err = op.lock_entry(parent, name, true);
+  if (!err) err = op.lock_entry(newparent, newname, true);
+  if (err) return (void)fuse_reply_err(req, err);
+  int src = ::openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (src < 0) return (void)fuse_reply_err(req, errno);
+  int dst = ::openat(np->fd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  struct stat sst, dst_st;
+  bool same = false;
+  if (stat_fd(src, &sst) == 0) err = op.lock_object(fs.nodeid_of(sst.st_ino), LockMode::X);
+  if (!err && dst >= 0 && stat_fd(dst, &dst_st) == 0) {
+    same = sst.st_ino == dst_st.st_ino;  // hard links of one object: rename does nothing
+    err = op.lock_object(fs.nodeid_of(dst_st.st_ino), LockMode::X);
+  }
+  if (!err) {
+    if (op.txn())
+      err = txn_rename(fs, *op.txn(), *p, name, *np, newname, flags);
+    else
+      err = ::renameat2(p->fd, name, np->fd, newname, flags) == 0 ? 0 : errno;
+  }
+  try {
+    if (!err && !same && stat_fd(src, &sst) == 0) {
+      uint64_t src_id = fs.nodeid_of(sst.st_ino);
+      Txn *t = op.txn();
+      bool exchanged = (flags & RENAME_EXCHANGE) && dst >= 0 && stat_fd(dst, &dst_st) == 0;
+      uint64_t dst_id = exchanged ? fs.nodeid_of(dst_st.st_ino) : 0;
+      if (t) {  // first, outside the MetaDb transaction (see remember_row_name)
+        if (exchanged) remember_row_name(fs, *t, dst_id);
+        remember_row_name(fs, *t, src_id);
+      }
+      fs.db->transaction([&] {
+        if (flags & RENAME_EXCHANGE) {
+          if (exchanged) fs.db->set_handle_name(dst_id, parent, name);
+        } else if (dst >= 0 && !t) {
+          unrecord_name(fs, dst, newparent, newname);  // (a transaction keeps it stashed)
+        }
+        fs.db->set_handle_name(src_id, newparent, newname);
+      });
+    }
+    if (!err && (flags & RENAME_WHITEOUT)) record_whiteout(fs, p, name);
+  } catch (const std::exception &ex) {
+    spdlog::error("recording rename {} -> {}: {}", name, newname, ex.what());
+  }
+  ::close(src);
+  if (dst >= 0) ::close(dst);
+  fuse_reply_err(req, err);
+}
+
+}  // namespace
+
+// Registers the namespace ops; the data and directory ops add theirs.
+void add_entry_ops(fuse_lowlevel_ops &ops) {
+  ops.lookup = op_lookup;
+  ops.forget = op_forget;
+  ops.forget_multi = op_forget_multi;
+  ops.getattr = op_getattr;
+  ops.setattr = op_setattr;
+  ops.readlink = op_readlink;
+  ops.mknod = op_mknod;
+  ops.mkdir = op_mkdir;
+  ops.symlink = op_symlink;
+  ops.create = op_create;
+  ops.link = op_link;
+  ops.unlink = op_unlink;
+  ops.rmdir = op_rmdir;
+  ops.rename = op_rename;
+}
+
+int do_lookup(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e) {
+  return lookup_name(fs, parent, name, false, e);
+}
+
+}  // namespace txnfs

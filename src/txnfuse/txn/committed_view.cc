@@ -1,0 +1,134 @@
+#include "txnfuse/txn/committed_view.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace txnfs {
+
+void CommittedView::record(uint64_t txid, uint64_t dir, const std::string &name,
+                            EntryBefore before) {
+  MutexLock g(mu_);
+  auto [it, inserted] = dirs_[dir].try_emplace(name, txid, std::move(before));
+  if (inserted) by_txn_[txid].push_back({dir, name});
+}
+
+void CommittedView::forget(uint64_t txid) {
+  MutexLock g(mu_);
+  std::erase_if(objects_, [&](auto &kv) { return kv.second.txid == txid; });
+  auto t = by_txn_.find(txid);
+  if (t == by_txn_.end()) return;
+  for (auto &[dir, name] : t->second) {
+    auto d = dirs_.find(dir);
+    if (d == dirs_.end()) continue;
+    d->second.erase(name);
+    if (d->second.empty()) dirs_.erase(d);
+  }
+  by_txn_.erase(t);
+}
+
+std::optional<EntryBefore> CommittedView::before(uint64_t dir, const std::string &name) {
+  MutexLock g(mu_);
+  auto d = dirs_.find(dir);
+  if (d == dirs_.end()) return std::nullopt;
+  auto e = d->second.find(name);
+  if (e == d->second.end()) return std::nullopt;
+  return e->second.second;
+}
+
+std::map<std::string, EntryBefore> CommittedView::in_dir(uint64_t dir) {
+  MutexLock g(mu_);
+  std::map<std::string, EntryBefore> out;
+  auto d = dirs_.find(dir);
+  if (d != dirs_.end())
+    for (auto &[name, v] : d->second) out.emplace(name, v.second);
+  return out;
+}
+
+bool CommittedView::empty() {
+  MutexLock g(mu_);
+  return dirs_.empty();
+}
+
+}  // namespace txnfs
+
+namespace txnfs {
+
+void CommittedView::note_attrs(uint64_t txid, uint64_t nodeid, const struct stat &st, int log_fd) {
+  MutexLock g(mu_);
+  objects_.try_emplace(nodeid, Noted{txid, log_fd, ObjectState{st, {}, {}}});
+}
+
+void CommittedView::note_range(uint64_t nodeid, uint64_t off, uint64_t end, std::string obj) {
+  MutexLock g(mu_);
+  auto it = objects_.find(nodeid);
+  if (it != objects_.end()) it->second.state.ranges[off] = {end, std::move(obj)};
+}
+
+void CommittedView::note_xattrs(uint64_t nodeid, std::string obj) {
+  MutexLock g(mu_);
+  auto it = objects_.find(nodeid);
+  if (it != objects_.end()) it->second.state.xattrs = std::move(obj);
+}
+
+std::optional<ObjectBefore> CommittedView::object(uint64_t nodeid) {
+  MutexLock g(mu_);
+  auto it = objects_.find(nodeid);
+  if (it == objects_.end()) return std::nullopt;
+  ObjectBefore b;
+  static_cast<ObjectState &>(b) = it->second.state;
+  b.log.reset(::fcntl(it->second.log_fd, F_DUPFD_CLOEXEC, 0));  // the log may close once we unlock
+  return b;
+}
+
+ssize_t CommittedView::read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) {
+  ssize_t n = ::pread(fd, buf, size, off);
+  if (n < 0) return -errno;
+  auto b = object(nodeid);
+  if (!b) return n;
+  uint64_t committed = uint64_t(b->st.st_size), start = uint64_t(off);
+  size_t len = start >= committed ? 0 : size_t(std::min<uint64_t>(size, committed - start));
+  if (size_t(n) < len) std::fill(buf + n, buf + len, 0);
+  for (auto &[a, v] : b->ranges) {
+    uint64_t lo = std::max(a, start), hi = std::min(v.first, start + len);
+    if (lo >= hi) continue;
+    UniqueFd dfd(::openat(b->log.get(), v.second.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!dfd) continue;  // the transaction committed meanwhile: the tree is current
+    if (::pread(dfd.get(), buf + (lo - start), hi - lo, off_t(lo)) < 0) return -EIO;
+  }
+  return ssize_t(len);
+}
+
+bool CommittedView::attrs(uint64_t nodeid, struct stat &st) {
+  auto b = object(nodeid);
+  if (!b) return true;
+  st = b->st;
+  return false;
+}
+
+UniqueFd CommittedView::xattr_source(uint64_t nodeid, int fd) {
+  auto b = object(nodeid);
+  if (b && !b->xattrs.empty())
+    return UniqueFd(::openat(b->log.get(), b->xattrs.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+}
+
+std::vector<ListedEntry> CommittedView::listing(uint64_t dir, DIR *dp) {
+  std::vector<ListedEntry> out;
+  std::map<std::string, size_t> index;
+  ::rewinddir(dp);
+  while (dirent *e = ::readdir(dp)) {
+    index[e->d_name] = out.size();
+    out.push_back({e->d_name, e->d_ino, mode_t(e->d_type) << 12});
+  }
+  for (auto &[name, b] : in_dir(dir)) {
+    auto it = index.find(name);
+    if (it != index.end()) out[it->second].name.clear();  // hidden below
+    if (b.existed) out.push_back({name, b.ino, b.type});
+  }
+  std::erase_if(out, [](const ListedEntry &e) { return e.name.empty(); });
+  return out;
+}
+
+}  // namespace txnfs

@@ -1,0 +1,109 @@
+// CommittedView — the committed state of what open transactions have changed (directory
+// entries, and objects' attributes, data ranges and xattrs), so that plain lookups,
+// listings, reads and getattrs can show it without waiting for the transactions' locks.
+//
+// A transaction records an entry's state here (under its X lock on the entry)
+// *before* it changes the entry, and forgets its records only after its commit or
+// rollback is complete. A reader therefore reads the tree first and this registry
+// second: whatever uncommitted change it saw in the tree is overridden here, and a
+// transaction that finished in between left the committed state in the tree.
+#pragma once
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "sync/mutex.h"
+#include "store/unique_fd.h"
+
+namespace txnfs {
+
+struct EntryBefore {
+  bool existed = false;
+  uint64_t ino = 0;  // the object it named (when it existed)
+  std::string fh;    // its backing handle
+  mode_t type = 0;
+};
+
+// The committed state of an object an open transaction changed: its attributes
+// before the first change, and where the data and xattrs it overwrote are kept.
+struct ObjectState {
+  struct stat st {};
+  std::map<uint64_t, std::pair<uint64_t, std::string>> ranges;  // off -> (end, data object)
+  std::string xattrs;                                // data object with the xattrs, or ""
+};
+
+// A reader's copy of it, with its own fd of the transaction's log directory (the
+// names in `ranges` and `xattrs` are relative to it).
+struct ObjectBefore : ObjectState {
+  UniqueFd log;
+};
+
+// One name of a committed directory listing.
+struct ListedEntry {
+  std::string name;
+  uint64_t ino;
+  mode_t type;  // S_IFMT bits (0: unknown)
+};
+
+class CommittedView {
+ public:
+  // Records the state of (dir, name) before `txid` first changes it; later calls
+  // for the same entry by the same transaction keep the first record.
+  void record(uint64_t txid, uint64_t dir, const std::string &name, EntryBefore before)
+      EXCLUDES(mu_);
+  void forget(uint64_t txid) EXCLUDES(mu_);
+  std::optional<EntryBefore> before(uint64_t dir, const std::string &name) EXCLUDES(mu_);
+  // Every recorded entry of `dir`.
+  std::map<std::string, EntryBefore> in_dir(uint64_t dir) EXCLUDES(mu_);
+  bool empty() EXCLUDES(mu_);
+
+  // Objects (by nodeid). `note_*` are called before the change they describe.
+  void note_attrs(uint64_t txid, uint64_t nodeid, const struct stat &st, int log_fd)
+      EXCLUDES(mu_);
+  void note_range(uint64_t nodeid, uint64_t off, uint64_t end, std::string data_object)
+      EXCLUDES(mu_);
+  void note_xattrs(uint64_t nodeid, std::string data_object) EXCLUDES(mu_);
+  // The committed state of `nodeid` if an open transaction changed it. `log` in the
+  // copy is a dup() of the log directory's fd: the log may close once this returns.
+  std::optional<ObjectBefore> object(uint64_t nodeid) EXCLUDES(mu_);
+
+  // What plain readers are served while transactions are open. Each reads the tree
+  // first and this view second (the order the comment at the top makes consistent).
+  //
+  // Committed bytes of `nodeid` at [off, off+size), read from `fd` (the object) and
+  // patched with what an open transaction saved before overwriting; cut at the
+  // committed size. Returns the length, or -errno.
+  ssize_t read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) EXCLUDES(mu_);
+  // Corrects `st` (read from the tree) to the committed attributes. Returns false when
+  // an open transaction changed them (they may still change: do not cache them).
+  bool attrs(uint64_t nodeid, struct stat &st) EXCLUDES(mu_);
+  // Where the committed xattrs of `nodeid` are: an O_PATH fd of the snapshot an open
+  // transaction saved, or of `fd` (the object) itself.
+  UniqueFd xattr_source(uint64_t nodeid, int fd) EXCLUDES(mu_);
+  // The committed listing of directory `dir` read through `dp` (rewound first): the
+  // entries open transactions changed are shown as they were before.
+  std::vector<ListedEntry> listing(uint64_t dir, DIR *dp) EXCLUDES(mu_);
+
+ private:
+  Mutex mu_{LockRank::kCommittedView};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
+  struct Noted {
+    uint64_t txid;
+    int log_fd;  // the transaction's log directory (its UndoLog owns the fd)
+    ObjectState state;
+  };
+  std::unordered_map<uint64_t, Noted> objects_ GUARDED_BY(mu_);  // by nodeid
+  std::unordered_map<uint64_t, std::map<std::string, std::pair<uint64_t, EntryBefore>>> dirs_
+      GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, std::string>>> by_txn_
+      GUARDED_BY(mu_);
+};
+
+}  // namespace txnfs

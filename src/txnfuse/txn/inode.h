@@ -1,0 +1,41 @@
+// Inode — one backing object as the kernel knows it (by nodeid), held open.
+//
+// Invariant: while an Inode lives it holds an O_PATH fd to its backing object, so the
+// backing inode number cannot be reused by another object; that is what makes
+// nodeid = backing inode number safe (see schema.sql). The daemon's InodeTable
+// (fuse/inode_table.h) keeps one per nodeid the kernel holds; the transaction core
+// reads the identity and the fd.
+#pragma once
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace txnfs {
+
+struct Inode {
+  int fd = -1;  // O_PATH, O_NOFOLLOW fd to the backing object
+  uint64_t nodeid = 0;
+  uint64_t generation = 0;
+  uint64_t ino = 0;  // backing inode number
+  std::string fh;    // backing file handle (see store/backing.h)
+  mode_t type = 0;   // S_IFMT bits
+  uint64_t nlookup = 0;  // guarded by the InodeTable's mutex (not annotated: another object's)
+  // Set once a transaction has changed the object: plain opens of it then bypass the
+  // page cache (a transaction's writes move the kernel's shared file size).
+  mutable std::atomic<bool> txn_written{false};
+
+  Inode() = default;
+  Inode(const Inode &) = delete;
+  Inode &operator=(const Inode &) = delete;
+  ~Inode() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+using InodePtr = std::shared_ptr<Inode>;
+
+}  // namespace txnfs

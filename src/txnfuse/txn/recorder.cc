@@ -1,0 +1,398 @@
+#include "txnfuse/txn/recorder.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <spdlog/spdlog.h>
+
+#include "store/backing.h"
+#include "store/crash_point.h"
+#include "store/error.h"
+#include "recovery/undo/undo_step.h"
+#include "store/unique_fd.h"
+
+namespace txnfs {
+
+namespace {
+
+BackingId id_of(const Inode &i) {
+  BackingId b;
+  b.ino = i.ino;
+  b.generation = i.generation;
+  b.fh = i.fh;
+  return b;
+}
+
+// The transaction's log, created at its first change. Caller holds t.mu.
+UndoLog &log_of(TxnEnv &env, Txn &t) REQUIRES(t.mu) {
+  if (!t.log) {
+    t.log = UndoLog::create(env.backups_fd, t.id(), env.reflink);
+    if (StepMirror *m = t.mirror)
+      t.log->set_observer([m](uint64_t txid, const UndoStep &s) { m->add(txid, s); });
+  }
+  return *t.log;
+}
+
+// Runs `fn` (which records undo steps) and turns failures into an errno, dooming the
+// transaction: with a step missing, the only safe way out is abort.
+template <typename F>
+int recording(TxnEnv &env, Txn &t, const char *what, F &&fn) REQUIRES(t.mu) {
+  try {
+    int err = fn();
+    // --undo-sync: make each step durable on its own (correct but slow; the default
+    // relies on XFS's ordered journal instead, see docs/crash-model.md).
+    if (env.undo_sync && t.log && ::fsync(t.log->dir_fd()) != 0) throw_errno("fsync", errno);
+    return err;
+  } catch (const std::exception &e) {
+    spdlog::error("transaction {}: cannot record undo for {}: {}", t.id(), what, e.what());
+    int err = errno_in(e) == ENOSPC ? ENOSPC : EIO;
+    t.doom(err);
+    return err;
+  }
+}
+
+// Attrs step for the object (`fd`, identity `id`) unless it has one or was made by
+// this transaction. Caller holds t.mu.
+void save_attrs_locked(TxnEnv &env, Txn &t, int fd, const BackingId &id) REQUIRES(t.mu) {
+  TouchedObject &o = t.objects[env.nodeid_of(id.ino)];
+  if (o.created || o.attrs_saved) return;
+  struct stat st;
+  if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+    throw_errno("stat", errno);
+  UndoStep s;
+  s.kind = StepKind::Attrs;
+  s.obj = id;
+  s.mode = st.st_mode;
+  s.uid = st.st_uid;
+  s.gid = st.st_gid;
+  s.size = uint64_t(st.st_size);
+  s.atime = st.st_atim;
+  s.mtime = st.st_mtim;
+  UndoLog &log = log_of(env, t);
+  log.append(s);
+  o.orig = st;
+  o.attrs_saved = true;
+  env.view.note_attrs(t.id(), env.nodeid_of(id.ino), st, log.dir_fd());
+  // Writing, truncating or chowning a file drops its capabilities (even as root):
+  // keep them with its xattrs, so that undo can put them back.
+  if (S_ISREG(st.st_mode) &&
+      ::getxattr(proc_path(fd).c_str(), "security.capability", nullptr, 0) >= 0) {
+    UndoStep x;
+    x.kind = StepKind::Xattrs;
+    x.obj = id;
+    uint64_t seq = log.snapshot_xattrs(fd, x);
+    env.view.note_xattrs(env.nodeid_of(id.ino), step_name(seq) + ".d");
+    o.xattrs_saved = true;
+  }
+}
+
+void save_attrs_locked(TxnEnv &env, Txn &t, const Inode &obj) REQUIRES(t.mu) {
+  save_attrs_locked(env, t, obj.fd, id_of(obj));
+}
+
+// Records the committed state of (dir, name) for plain readers (see txn/committed_view.h),
+// before the transaction's first change to that entry.
+void note_before(TxnEnv &env, Txn &t, const Inode &dir, const char *name) {
+  EntryBefore b;
+  if (UniqueFd fd{::openat(dir.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC)}) {
+    BackingId id = backing_id(fd.get());
+    struct stat st;
+    ::fstatat(fd.get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+    b.existed = true;
+    b.ino = id.ino;
+    b.fh = id.fh;
+    b.type = st.st_mode & S_IFMT;
+  }
+  env.view.record(t.id(), dir.nodeid, name, std::move(b));
+}
+
+// POSIX ACL inheritance, which the kernel does when an object is made in a directory
+// with a default ACL (fs/posix_acl.c, posix_acl_create): an object born in the log
+// directory misses it, so it gets it here. The parent's default ACL, masked by the
+// permissions asked for, becomes the object's access ACL (a directory also inherits the
+// default ACL itself), and the permissions are masked by the ACL (*perms). Returns 0 or
+// an errno. The xattr format: a le32 version (2), then {le16 tag, le16 perm, le32 id}.
+int inherit_default_acl(int parent_fd, int dirfd, const std::string &name, bool is_dir,
+                        mode_t *perms) {
+  char buf[4 + 8 * 64];
+  ssize_t n = ::getxattr(proc_path(parent_fd).c_str(), "system.posix_acl_default", buf, sizeof buf);
+  if (n < 0) return errno == ENODATA || errno == EOPNOTSUPP ? 0 : errno;
+  if (n < 4 || (n - 4) % 8 != 0) return EIO;
+  std::string def(buf, size_t(n)), acc = def;
+  enum : uint16_t { USER_OBJ = 1, USER = 2, GROUP_OBJ = 4, GROUP = 8, MASK = 0x10, OTHER = 0x20 };
+  mode_t mode = *perms;
+  bool extended = false;
+  uint16_t *group_obj = nullptr, *mask = nullptr;
+  for (size_t k = 4; k + 8 <= acc.size(); k += 8) {
+    auto *e = reinterpret_cast<uint16_t *>(acc.data() + k);  // [0] tag, [1] perm
+    switch (e[0]) {
+      case USER_OBJ:
+        e[1] &= (mode >> 6) & 7;
+        mode &= (e[1] << 6) | ~mode_t(S_IRWXU);
+        break;
+      case OTHER:
+        e[1] &= mode & 7;
+        mode &= e[1] | ~mode_t(S_IRWXO);
+        break;
+      case GROUP_OBJ: group_obj = e; break;
+      case MASK: mask = e; extended = true; break;
+      case USER: case GROUP: extended = true; break;
+      default: return EIO;
+    }
+  }
+  if (uint16_t *g = mask ? mask : group_obj) {
+    g[1] &= (mode >> 3) & 7;
+    mode &= (g[1] << 3) | ~mode_t(S_IRWXG);
+  }
+  std::string path = proc_path(dirfd) + "/" + name;
+  if (is_dir && ::setxattr(path.c_str(), "system.posix_acl_default", def.data(), def.size(), 0) != 0)
+    return errno;
+  if (extended && ::setxattr(path.c_str(), "system.posix_acl_access", acc.data(), acc.size(), 0) != 0)
+    return errno;
+  *perms = mode;
+  return 0;
+}
+
+}  // namespace
+
+int save_attrs(TxnEnv &env, Txn &t, const Inode &obj) {
+  MutexLock g(t.mu);
+  return recording(env, t, "attributes", [&] {
+    t.mu.assert_held();  // recording() runs it under t.mu
+    save_attrs_locked(env, t, obj);
+    return 0;
+  });
+}
+
+int save_range(TxnEnv &env, Txn &t, const Inode &obj, uint64_t off, uint64_t len) {
+  obj.txn_written = true;
+  MutexLock g(t.mu);
+  return recording(env, t, "data", [&] {
+    t.mu.assert_held();  // recording() runs it under t.mu
+    save_attrs_locked(env, t, obj);
+    TouchedObject &o = t.objects[obj.nodeid];
+    if (o.created || len == 0) return 0;
+    uint64_t end = std::min(off + len, uint64_t(o.orig.st_size));
+    if (off >= end) return 0;  // only data the file held when the transaction began
+    auto gaps = o.backed_up.missing(off, end);
+    if (gaps.empty()) return 0;
+    UniqueFd fd(::open(proc_path(obj.fd).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) throw_errno("open for backup", fd.err());
+    for (auto [a, b] : gaps) {
+      UndoStep s;
+      s.kind = StepKind::Data;
+      s.obj = id_of(obj);
+      s.off = a;
+      s.len = b - a;
+      uint64_t seq = log_of(env, t).backup_range(fd.get(), s);
+      if (seq) env.view.note_range(obj.nodeid, a, b, step_name(seq) + ".d");
+      o.backed_up.add(a, b);
+    }
+    return 0;
+  });
+}
+
+int save_truncate(TxnEnv &env, Txn &t, const Inode &obj, uint64_t size) {
+  return save_range(env, t, obj, size, UINT64_MAX - size);
+}
+
+int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj) {
+  MutexLock g(t.mu);
+  return recording(env, t, "xattrs", [&] {
+    t.mu.assert_held();  // recording() runs it under t.mu
+    save_attrs_locked(env, t, obj);
+    TouchedObject &o = t.objects[obj.nodeid];
+    if (o.created || o.xattrs_saved) return 0;
+    UndoStep s;
+    s.kind = StepKind::Xattrs;
+    s.obj = id_of(obj);
+    uint64_t seq = log_of(env, t).snapshot_xattrs(obj.fd, s);
+    env.view.note_xattrs(obj.nodeid, step_name(seq) + ".d");
+    o.xattrs_saved = true;
+    return 0;
+  });
+}
+
+int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
+             const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid) {
+  MutexLock g(t.mu);
+  return recording(env, t, "creation", [&]() -> int {
+    t.mu.assert_held();  // recording() runs it under t.mu
+    save_attrs_locked(env, t, parent);
+    note_before(env, t, parent, name);
+    UndoLog &log = log_of(env, t);
+    uint64_t seq = log.reserve_seq();
+    std::string tmp = step_name(seq) + ".d";
+    if (int err = make(log.dir_fd(), tmp.c_str())) return err;
+    auto discard = [&] { ::unlinkat(log.dir_fd(), tmp.c_str(), S_ISDIR(mode) ? AT_REMOVEDIR : 0); };
+    // Born in the log directory, it gets what the parent would have given it: the
+    // caller's ownership, or the group (and for directories the set-group-ID bit) of
+    // a set-group-ID parent.
+    struct stat pst;
+    if (::fstatat(parent.fd, "", &pst, AT_EMPTY_PATH) != 0) {
+      int err = errno;
+      discard();
+      return err;
+    }
+    bool sgid_parent = pst.st_mode & S_ISGID;
+    mode_t perms = (mode & 07777) | (sgid_parent && S_ISDIR(mode) ? S_ISGID : 0);
+    if (::fchownat(log.dir_fd(), tmp.c_str(), uid, sgid_parent ? pst.st_gid : gid,
+                   AT_SYMLINK_NOFOLLOW) != 0 ||
+        (!S_ISLNK(mode) &&
+         (inherit_default_acl(parent.fd, log.dir_fd(), tmp, S_ISDIR(mode), &perms) != 0 ||
+          ::fchmodat(log.dir_fd(), tmp.c_str(), perms, 0) != 0))) {
+      int err = errno;
+      discard();
+      return err;
+    }
+    TXNFS_CRASH_POINT("txn.after_born");
+    UniqueFd ofd(::openat(log.dir_fd(), tmp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!ofd) {
+      discard();
+      return ofd.err();
+    }
+    UndoStep s;
+    s.kind = StepKind::Created;
+    s.obj = backing_id(ofd.get());
+    ofd.reset();
+    s.dir = id_of(parent);
+    s.name = name;
+    s.flags = S_ISDIR(mode) ? 1 : 0;
+    log.append_reserved(seq, s);
+    if (::renameat2(log.dir_fd(), tmp.c_str(), parent.fd, name, RENAME_NOREPLACE) != 0) {
+      int err = errno;
+      discard();
+      return err;
+    }
+    t.objects[env.nodeid_of(s.obj.ino)].created = true;
+    t.entries.insert({parent.nodeid, name});
+    return 0;
+  });
+}
+
+int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool is_dir) {
+  MutexLock g(t.mu);
+  return recording(env, t, "removal", [&]() -> int {
+    t.mu.assert_held();  // recording() runs it under t.mu
+    struct stat st;
+    if (::fstatat(parent.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+    if (is_dir && !S_ISDIR(st.st_mode)) return ENOTDIR;
+    if (!is_dir && S_ISDIR(st.st_mode)) return EISDIR;
+    if (is_dir && !dir_is_empty(parent.fd, name)) return ENOTEMPTY;
+    uint64_t nodeid = env.nodeid_of(st.st_ino);
+    t.entries.insert({parent.nodeid, name});
+    note_before(env, t, parent, name);
+    // Stashed even when this transaction made the object: undo replays the exact
+    // reverse of what happened, and the steps after its creation (an exchange that
+    // moved it to another name, a link) expect it back where they left it.
+    save_attrs_locked(env, t, parent);
+    UniqueFd vfd(::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!vfd) return vfd.err();
+    UndoStep s;
+    s.kind = StepKind::Removed;
+    s.obj = backing_id(vfd.get());
+    vfd.reset();  // before the stash moves the object away
+    s.dir = id_of(parent);
+    s.name = name;
+    s.flags = is_dir ? 1 : 0;
+    uint64_t seq = 0;
+    if (int err = log_of(env, t).stash(parent.fd, name, s, &seq)) return err;
+    t.unlinked.emplace(nodeid, Txn::Unlinked{step_name(seq) + ".d", parent.nodeid, name});
+    if (!is_dir) t.objects[nodeid].stashed++;
+    return 0;
+  });
+}
+
+int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const Inode &newparent,
+               const char *newname, unsigned flags) {
+  MutexLock g(t.mu);
+  return recording(env, t, "rename", [&]() -> int {
+    t.mu.assert_held();  // recording() runs it under t.mu
+    struct stat sst, dst;
+    if (::fstatat(parent.fd, name, &sst, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+    bool target = ::fstatat(newparent.fd, newname, &dst, AT_SYMLINK_NOFOLLOW) == 0;
+    if (target && sst.st_ino == dst.st_ino) return 0;  // two names of one object
+    if ((flags & RENAME_NOREPLACE) && target) return EEXIST;
+    if ((flags & RENAME_EXCHANGE) && !target) return ENOENT;
+    bool displace = target && !(flags & RENAME_EXCHANGE);
+    if (displace) {
+      if (S_ISDIR(sst.st_mode) && !S_ISDIR(dst.st_mode)) return ENOTDIR;
+      if (!S_ISDIR(sst.st_mode) && S_ISDIR(dst.st_mode)) return EISDIR;
+      // (EEXIST, as XFS answers a rename onto a non-empty directory; rmdir says ENOTEMPTY)
+      if (S_ISDIR(dst.st_mode) && !dir_is_empty(newparent.fd, newname)) return EEXIST;
+    }
+    save_attrs_locked(env, t, parent);
+    save_attrs_locked(env, t, newparent);
+    note_before(env, t, parent, name);
+    note_before(env, t, newparent, newname);
+    UndoStep s;
+    s.kind = StepKind::Renamed;
+    {
+      UniqueFd sfd(::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!sfd) return sfd.err();
+      s.obj = backing_id(sfd.get());
+      // A directory that changes parent has its ".." rewritten, which changes its
+      // own times: keep them too (for both sides of an exchange).
+      if (S_ISDIR(sst.st_mode)) save_attrs_locked(env, t, sfd.get(), s.obj);
+    }
+    if ((flags & RENAME_EXCHANGE) && S_ISDIR(dst.st_mode)) {
+      UniqueFd dfd(::openat(newparent.fd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!dfd) return dfd.err();
+      save_attrs_locked(env, t, dfd.get(), backing_id(dfd.get()));
+    }
+    s.dir = id_of(parent);
+    s.name = name;
+    s.dir2 = id_of(newparent);
+    s.name2 = newname;
+    s.flags = flags;
+    s.displaced = displace;
+    UndoLog &log = log_of(env, t);
+    t.entries.insert({parent.nodeid, name});
+    t.entries.insert({newparent.nodeid, newname});
+    if (!displace) {
+      log.append(s);
+      return ::renameat2(parent.fd, name, newparent.fd, newname, flags) == 0 ? 0 : errno;
+    }
+    // The displaced target goes into the log first (kept even when this transaction
+    // made it, as in txn_remove); the move then finds its name free.
+    uint64_t seq = 0;
+    if (int err = log.stash(newparent.fd, newname, s, &seq)) return err;
+    std::string stash = step_name(seq) + ".d";
+    if (::renameat2(parent.fd, name, newparent.fd, newname,
+                    RENAME_NOREPLACE | (flags & RENAME_WHITEOUT)) != 0) {
+      int err = errno;
+      ::renameat2(log.dir_fd(), stash.c_str(), newparent.fd, newname, RENAME_NOREPLACE);
+      return err;
+    }
+    uint64_t victim = env.nodeid_of(dst.st_ino);
+    t.unlinked.emplace(victim, Txn::Unlinked{stash, newparent.nodeid, newname});
+    if (!S_ISDIR(dst.st_mode)) t.objects[victim].stashed++;
+    return 0;
+  });
+}
+
+int txn_link(TxnEnv &env, Txn &t, const Inode &obj, const Inode &newparent, const char *newname) {
+  MutexLock g(t.mu);
+  return recording(env, t, "link", [&]() -> int {
+    t.mu.assert_held();  // recording() runs it under t.mu
+    save_attrs_locked(env, t, newparent);
+    note_before(env, t, newparent, newname);
+    UndoStep s;
+    s.kind = StepKind::Linked;
+    s.obj = id_of(obj);
+    s.dir = id_of(newparent);
+    s.name = newname;
+    log_of(env, t).append(s);
+    t.entries.insert({newparent.nodeid, newname});
+    if (::linkat(AT_FDCWD, proc_path(obj.fd).c_str(), newparent.fd, newname, AT_SYMLINK_FOLLOW) != 0)
+      return errno;
+    return 0;
+  });
+}
+
+}  // namespace txnfs

@@ -1,0 +1,41 @@
+// Undo recording: what a transactional request writes to its transaction's undo log
+// before it changes the tree. Each function is called with the request's locks held
+// and before the change it protects; it returns 0 or an errno (the request then
+// fails, and the transaction becomes abort-only, since its log may be incomplete).
+//
+// Namespace changes are made *through* the log so that no crash leaves a change
+// without its record: a new object is born inside the log directory and renamed
+// into place; a removed object is renamed into the log directory (see undo_log.h).
+#pragma once
+#include <sys/types.h>
+
+#include <functional>
+
+#include "txnfuse/txn/inode.h"
+#include "txnfuse/txn/txn.h"
+#include "txnfuse/txn/txn_env.h"
+
+namespace txnfs {
+
+// Before changing the attributes (mode, owner, size, times) of `obj`.
+int save_attrs(TxnEnv &env, Txn &t, const Inode &obj);
+// Before overwriting [off, off+len) of `obj`: its attributes, and the parts of the
+// range that held data when the transaction began and are not saved yet.
+int save_range(TxnEnv &env, Txn &t, const Inode &obj, uint64_t off, uint64_t len);
+// Before truncating `obj` to `size`.
+int save_truncate(TxnEnv &env, Txn &t, const Inode &obj, uint64_t size);
+// Before setting or removing an xattr of `obj`.
+int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj);
+
+// Makes a new object `name` in `parent`: `make(dirfd, tmpname)` creates it (and may
+// return an open fd through *fd). Replies nothing; returns 0 or an errno.
+int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
+             const std::function<int(int dirfd, const char *tmp)> &make,
+             uid_t uid, gid_t gid);
+// unlink (is_dir false) or rmdir (true) of `name` in `parent`.
+int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool is_dir);
+int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const Inode &newparent,
+               const char *newname, unsigned flags);
+int txn_link(TxnEnv &env, Txn &t, const Inode &obj, const Inode &newparent, const char *newname);
+
+}  // namespace txnfs

@@ -1,0 +1,516 @@
+#include "txnfuse/txn/txn.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "store/crash_point.h"
+#include "recovery/recover.h"
+#include "txnfuse/txn/txn_env.h"
+#include "sync/stall_watchdog.h"
+#include "recovery/undo/undo_exec.h"
+
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD O_EXCL
+#endif
+
+namespace txnfs {
+
+namespace {
+
+// Tgid and PPid of a thread or process from /proc; 0 when it is gone.
+std::pair<pid_t, pid_t> tgid_ppid(pid_t tid) {
+  std::ifstream f("/proc/" + std::to_string(tid) + "/status");
+  std::string line;
+  pid_t tgid = 0, ppid = 0;
+  while (std::getline(f, line)) {
+    if (line.rfind("Tgid:", 0) == 0) tgid = pid_t(std::stol(line.substr(5)));
+    else if (line.rfind("PPid:", 0) == 0) ppid = pid_t(std::stol(line.substr(5)));
+  }
+  return {tgid, ppid};
+}
+
+uid_t owner_of_process(pid_t pid) {
+  struct stat st;
+  return ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0 ? st.st_uid : uid_t(-1);
+}
+
+const char *state_name(int s) {
+  switch (s) {
+    case TXNFS_ACTIVE: return "active";
+    case TXNFS_ABORT_ONLY: return "abort-only";
+    case TXNFS_COMMITTING: return "committing";
+    case TXNFS_COMMITTED: return "committed";
+    default: return "aborted";
+  }
+}
+
+}  // namespace
+
+Txn::~Txn() {
+  if (pidfd >= 0) ::close(pidfd);
+}
+
+TxnManager::TxnManager(TxnEnv &env) : env_(env) {}
+
+TxnManager::~TxnManager() { stop(); }
+
+void TxnManager::start() {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  reaper_ = std::thread([this] { reaper_loop(); });
+  cleaner_ = std::thread([this] { cleaner_loop(); });
+  mirror_ = std::make_unique<StepMirror>(*env_.db);
+  mirror_->start();
+}
+
+void TxnManager::stop() {
+  if (stopping_.exchange(true)) return;
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+  }
+  { MutexLock g(clean_mu_); }  // the cleaner is waiting, or will see stopping_
+  clean_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  if (cleaner_.joinable()) cleaner_.join();
+  if (mirror_) mirror_->stop();
+}
+
+TxnPtr TxnManager::find(uint64_t id) {
+  MutexLock g(mu_);
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+TxnPtr TxnManager::bound(pid_t tid) {
+  if (!any_open() || tid <= 0) return nullptr;
+  {
+    MutexLock g(mu_);
+    if (auto it = by_thread_.find(tid); it != by_thread_.end()) return it->second;
+    if (by_process_.empty()) return nullptr;
+    if (auto it = proc_cache_.find(tid); it != proc_cache_.end() && it->second.first == epoch_)
+      return it->second.second;
+  }
+  return lookup_process(tid);
+}
+
+// Is `tid` in a bound process or one of its descendants? Reads /proc without
+// holding the manager's mutex, then caches the answer for this epoch.
+TxnPtr TxnManager::lookup_process(pid_t tid) {
+  std::vector<pid_t> chain;
+  auto [tgid, ppid] = tgid_ppid(tid);
+  if (tgid) chain.push_back(tgid);
+  for (int depth = 0; ppid > 1 && depth < 64; depth++) {
+    chain.push_back(ppid);
+    ppid = tgid_ppid(ppid).second;
+  }
+  MutexLock g(mu_);
+  TxnPtr t;
+  for (pid_t p : chain)
+    if (auto it = by_process_.find(p); it != by_process_.end()) {
+      t = it->second;
+      break;
+    }
+  if (proc_cache_.size() > 100000) proc_cache_.clear();
+  proc_cache_[tid] = {epoch_, t};
+  return t;
+}
+
+int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, uint64_t *id) {
+  if (flags & ~unsigned(TXNFS_BIND_PROCESS)) return EINVAL;
+  bool process = flags & TXNFS_BIND_PROCESS;
+  if (bound(caller_tid) && !(process && pid != 0)) return EBUSY;
+  pid_t owner = caller_tid;
+  if (process) {
+    owner = pid ? pid : tgid_ppid(caller_tid).first;
+    if (owner <= 0 || ::kill(owner, 0) != 0) return ESRCH;
+    if (uid != 0 && owner_of_process(owner) != uid) return EPERM;
+  }
+  int pidfd = int(::syscall(SYS_pidfd_open, owner, process ? 0 : PIDFD_THREAD));
+  if (pidfd < 0) return errno == EINVAL ? ESRCH : errno;
+  uint64_t txid;
+  try {
+    txid = env_.db->insert_txn(uid, owner, flags);
+    TXNFS_CRASH_POINT("txn.after_begin");
+  } catch (const std::exception &e) {
+    ::close(pidfd);
+    spdlog::error("begin: {}", e.what());
+    return EIO;
+  }
+  auto t = std::make_shared<Txn>(txid, uid, owner, flags);
+  t->pidfd = pidfd;
+  t->mirror = mirror_.get();
+  {
+    MutexLock g(mu_);
+    if ((process ? by_process_.count(owner) : by_thread_.count(owner)) != 0) {
+      ::close(pidfd);
+      env_.db->delete_txn(txid);
+      return EBUSY;
+    }
+    by_id_[txid] = t;
+    (process ? by_process_ : by_thread_)[owner] = t;
+    if (process) {
+      ++epoch_;
+      proc_cache_.clear();
+    }
+  }
+  open_count_.fetch_add(1, std::memory_order_acq_rel);
+  // Requests that started without locks while no transaction was open must finish
+  // before this transaction can change anything they touch.
+  while (env_.unlocked_inflight.load(std::memory_order_acquire) > 0) ::usleep(50);
+  uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+  *id = txid;
+  return 0;
+}
+
+int TxnManager::enter(Txn &t) {
+  MutexLock g(t.mu);
+  int s = t.state.load();
+  if (s == TXNFS_ABORT_ONLY) return t.error ? int(t.error) : EDEADLK;
+  if (s != TXNFS_ACTIVE) return ENOENT;  // being committed or aborted
+  if (t.ops >= limits.max_ops) {
+    spdlog::warn("transaction {} exceeded {} operations; it can only abort", t.id(),
+                 limits.max_ops);
+    t.doom(EDQUOT);
+    return EDQUOT;
+  }
+  if (t.log && t.log->backup_bytes() > limits.max_backup_bytes) {
+    spdlog::warn("transaction {} exceeded {} backup bytes; it can only abort", t.id(),
+                 limits.max_backup_bytes);
+    t.doom(EDQUOT);
+    return EDQUOT;
+  }
+  t.ops++;
+  t.inflight++;
+  return 0;
+}
+
+void TxnManager::leave(Txn &t) {
+  MutexLock g(t.mu);
+  if (--t.inflight == 0) t.idle.notify_all();
+}
+
+int TxnManager::commit(uid_t uid, uint64_t id) {
+  TxnPtr t = find(id);
+  if (!t) return ENOENT;
+  if (uid != 0 && uid != t->uid) return EPERM;
+  int expected = TXNFS_ACTIVE;
+  if (!t->state.compare_exchange_strong(expected, TXNFS_COMMITTING)) {
+    if (expected != TXNFS_ABORT_ONLY) return ENOENT;  // already finishing
+    return t->error ? int(t->error) : EDEADLK;  // it stays open; only abort ends it
+  }
+  return finish(t, true);
+}
+
+int TxnManager::abort(uid_t uid, uint64_t id) {
+  TxnPtr t = find(id);
+  if (!t) return ENOENT;
+  if (uid != 0 && uid != t->uid) return EPERM;
+  int s = t->state.load();
+  while (s == TXNFS_ACTIVE || s == TXNFS_ABORT_ONLY) {
+    if (t->state.compare_exchange_weak(s, TXNFS_ABORTED)) return finish(t, false);
+  }
+  return ENOENT;
+}
+
+int TxnManager::set_lock_timeout(uid_t uid, uint64_t id, uint32_t ms) {
+  TxnPtr t = find(id);
+  if (!t) return ENOENT;
+  if (uid != 0 && uid != t->uid) return EPERM;
+  t->lock_timeout_ms = int64_t(ms);
+  return 0;
+}
+
+int TxnManager::info(uid_t uid, uint64_t id, struct txnfs_info *out) {
+  TxnPtr t = find(id);
+  if (!t) return ENOENT;
+  if (uid != 0 && uid != t->uid) return EPERM;
+  *out = (struct txnfs_info){};
+  out->id = id;
+  out->state = uint32_t(t->state.load());
+  out->owner_uid = t->uid;
+  out->pid = t->pid;
+  out->flags = t->flags;
+  out->ops = t->ops;
+  {
+    MutexLock g(t->mu);
+    out->backup_bytes = t->log ? t->log->backup_bytes() : 0;
+  }
+  out->age_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now() - t->started)
+                             .count());
+  out->error = t->error;
+  return 0;
+}
+
+// syncfs makes every effect and undo record durable, then the commit records are
+// written and the database synced: a commit record is never durable before the
+// effects it vouches for. Everyone queued when a leader starts shares its syncs.
+int TxnManager::durable_commit(Txn &t) {
+  MutexLock l(gc_mu_);
+  uint64_t ticket = ++gc_requested_;
+  gc_queue_.push_back(&t);
+  while (gc_done_ < ticket) {
+    if (gc_leader_) {
+      gc_cv_.wait(gc_mu_);
+      continue;
+    }
+    gc_leader_ = true;
+    std::vector<Txn *> batch;
+    batch.swap(gc_queue_);
+    uint64_t upto = gc_requested_;
+    l.unlock();
+    int err = ::syncfs(env_.tree_fd) == 0 ? 0 : errno;
+    if (!err) {
+      TXNFS_CRASH_POINT("commit.after_syncfs");
+      try {
+        env_.db->transaction([&] {
+          for (Txn *b : batch) env_.db->set_txn_state(b->id(), "committed");
+        });
+        TXNFS_CRASH_POINT("commit.after_record");
+        env_.db->sync();
+        TXNFS_CRASH_POINT("commit.after_wal_sync");
+      } catch (const std::exception &e) {
+        spdlog::error("writing commit records: {}", e.what());
+        err = EIO;
+      }
+    }
+    l.lock();
+    for (Txn *b : batch) b->commit_error = err;
+    gc_done_ = upto;
+    gc_leader_ = false;
+    gc_cv_.notify_all();
+  }
+  return t.commit_error;
+}
+
+// Ends `t`: makes a commit durable, or rolls back; then releases its locks, drops
+// what the kernel cached about its changes, and unbinds it.
+int TxnManager::finish(TxnPtr t, bool commit) {
+  // Once no request of `t` is in flight nothing else changes what it recorded (enter()
+  // refuses new ones): take what the commit or rollback needs, then let go of t->mu,
+  // which must not be held across SQLite, syncs and the undo executor.
+  UndoLog *log;
+  std::multimap<uint64_t, Txn::Unlinked> unlinked;
+  std::vector<Txn::RowName> row_names;
+  {
+    lock_order::assert_none_held("a transaction's requests to finish");
+    stall::expect_wait(lock_timeout(t.get()));  // they may be waiting for locks
+    MutexLock g(t->mu);
+    while (t->inflight != 0) t->idle.wait(t->mu);
+    log = t->log.get();
+    unlinked = t->unlinked;
+    row_names = t->row_names;
+  }
+  int err = 0;
+  if (commit) {
+    err = log ? durable_commit(*t) : 0;
+    if (err) {
+      spdlog::error("transaction {}: commit failed ({}); rolling back", t->id(),
+                    std::strerror(err));
+      commit = false;
+      err = EIO;
+    }
+  }
+  if (commit) {
+    t->state = TXNFS_COMMITTED;
+    // Rows of objects whose last name the transaction removed go with it.
+    try {
+      for (auto &[nodeid, u] : unlinked) {
+        struct stat st;
+        if (::fstatat(log->dir_fd(), u.stash.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (st.st_nlink <= 1 || S_ISDIR(st.st_mode))
+          env_.db->remove_handle(nodeid);
+        else
+          env_.db->clear_handle_name(u.parent, u.name);
+        // The removed name is gone for good: drop the log's link to the object now,
+        // so its link count is right as soon as the commit returns (the rest of the
+        // log goes in the background).
+        ::unlinkat(log->dir_fd(), u.stash.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
+      }
+    } catch (const std::exception &e) {
+      spdlog::error("transaction {}: updating handle rows: {}", t->id(), e.what());
+    }
+    TXNFS_CRASH_POINT("commit.after_rows");
+    if (log) {
+      MutexLock g(clean_mu_);
+      to_discard_.push_back(t->id());
+    } else {
+      env_.db->delete_txn(t->id());
+    }
+    clean_cv_.notify_one();
+    commits_++;
+  } else {
+    t->state = TXNFS_ABORTED;
+    try {
+      if (log) {
+        // A step that cannot be undone marks the store damaged (durably, before the log
+        // goes; the log is kept in .txnfs/damaged): fsck and the next mount report it.
+        UndoContext ctx{env_.tree_fd, env_.backups_fd,
+                        [](const UndoStep &) { TXNFS_CRASH_POINT("abort.mid_undo"); },
+                        damage_keeper(env_.paths, *env_.db, "abort")};
+        UndoResult r = undo_transaction(ctx, t->id());
+        TXNFS_CRASH_POINT("abort.after_undo");
+        for (auto &p : r.problems) spdlog::error("abort of {}: {}", t->id(), p);
+        // An incomplete rollback is an error the caller must hear of.
+        if (!r.problems.empty()) err = EIO;
+        for (auto &obj : r.removed) env_.db->remove_handle(env_.nodeid_of(obj.ino));
+        for (auto &obj : r.touched) env_.cache->inode(env_.nodeid_of(obj.ino));
+      }
+      for (auto it = row_names.rbegin(); it != row_names.rend(); ++it)
+        env_.db->set_handle_name(it->nodeid, it->parent, it->name);
+      env_.db->delete_txn(t->id());
+    } catch (const std::exception &e) {
+      // The log stays; the next mount's recovery finishes the rollback.
+      spdlog::error("abort of transaction {} failed: {}", t->id(), e.what());
+      err = EIO;
+    }
+    aborts_++;
+  }
+  env_.view.forget(t->id());
+  env_.locks.release_all(*t);
+  {
+    MutexLock g(t->mu);
+    for (auto &[nodeid, o] : t->objects) env_.cache->inode(nodeid);
+    for (auto &[dir, name] : t->entries) {
+      env_.cache->entry(dir, name);
+      env_.cache->inode(dir);  // also drops the kernel's cached listing of dir
+    }
+  }
+  // Before the caller hears the outcome: its next request must not find a name the
+  // kernel still maps to what it meant inside the transaction (locks are released,
+  // so no request the invalidations wait for is waiting for us).
+  env_.cache->flush();
+  unbind(*t);
+  return err;
+}
+
+void TxnManager::unbind(Txn &t) {
+  {
+    MutexLock g(mu_);
+    by_id_.erase(t.id());
+    auto &m = t.process_bound() ? by_process_ : by_thread_;
+    if (auto it = m.find(t.pid); it != m.end() && it->second.get() == &t) m.erase(it);
+    if (t.process_bound()) {
+      ++epoch_;
+      proc_cache_.clear();
+    }
+  }
+  open_count_.fetch_sub(1, std::memory_order_acq_rel);
+  uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+}
+
+// Aborts transactions whose owner (thread or process) has exited.
+void TxnManager::reaper_loop() {
+  while (!stopping_) {
+    std::vector<pollfd> fds{{wake_fd_, POLLIN, 0}};
+    std::vector<TxnPtr> owners;
+    {
+      MutexLock g(mu_);
+      for (auto &[id, t] : by_id_) {
+        fds.push_back({t->pidfd, POLLIN, 0});
+        owners.push_back(t);
+      }
+    }
+    if (::poll(fds.data(), fds.size(), 1000) <= 0) continue;
+    if (fds[0].revents) {
+      uint64_t v;
+      [[maybe_unused]] auto n = ::read(wake_fd_, &v, sizeof v);
+    }
+    for (size_t k = 1; k < fds.size(); k++) {
+      if (!fds[k].revents) continue;
+      TxnPtr t = owners[k - 1];
+      if (abort(0, t->id()) == 0) {  // (ENOENT: it had finished already)
+        spdlog::info("owner {} of transaction {} exited; aborted it", t->pid, t->id());
+        owner_exits_++;
+      }
+    }
+  }
+}
+
+// Discards the logs of committed transactions, then (after a syncfs makes the
+// removals durable) deletes their records: a record must never vanish before its log.
+void TxnManager::cleaner_loop() {
+  MutexLock g(clean_mu_);
+  while (true) {
+    while (!stopping_ && to_discard_.empty()) clean_cv_.wait(clean_mu_);
+    if (to_discard_.empty() && stopping_) return;
+    std::deque<uint64_t> batch;
+    batch.swap(to_discard_);
+    g.unlock();
+    UndoContext ctx{env_.tree_fd, env_.backups_fd, {}};
+    std::vector<uint64_t> gone;  // only these lose their commit records
+    for (uint64_t id : batch) {
+      try {
+        discard_log(ctx, id);
+        gone.push_back(id);
+      } catch (const std::exception &e) {
+        // The record stays: without it, recovery would undo a committed transaction.
+        spdlog::error("discarding log of transaction {}: {}", id, e.what());
+      }
+    }
+    TXNFS_CRASH_POINT("cleanup.after_discard");
+    if (::syncfs(env_.tree_fd) == 0) {
+      TXNFS_CRASH_POINT("cleanup.before_delete_rows");
+      try {
+        env_.db->transaction([&] {
+          for (uint64_t id : gone) env_.db->delete_txn(id);
+        });
+      } catch (const std::exception &e) {
+        spdlog::error("deleting transaction records: {}", e.what());
+      }
+    }
+    g.lock();
+  }
+}
+
+std::string TxnManager::status_json() {
+  nlohmann::json txns = nlohmann::json::array();
+  std::vector<TxnPtr> all;
+  {
+    MutexLock g(mu_);
+    for (auto &[id, t] : by_id_) all.push_back(t);
+  }
+  for (auto &t : all) {
+    struct txnfs_info i;
+    if (info(0, t->id(), &i) != 0) continue;
+    auto [held, waiting] = env_.locks.counts(*t);
+    txns.push_back({{"id", i.id},
+                    {"state", state_name(int(i.state))},
+                    {"uid", i.owner_uid},
+                    {"pid", i.pid},
+                    {"flags", i.flags},
+                    {"age_ms", i.age_ms},
+                    {"ops", i.ops},
+                    {"backup_bytes", i.backup_bytes},
+                    {"locks_held", held},
+                    {"locks_waiting", waiting},
+                    {"error", i.error}});
+  }
+  nlohmann::json j = {{"transactions", txns},
+                      {"counters",
+                       {{"commits", commits_.load()},
+                        {"aborts", aborts_.load()},
+                        {"owner_exits", owner_exits_.load()},
+                        {"deadlocks", env_.locks.deadlocks()},
+                        {"timeouts", env_.locks.timeouts()},
+                        {"recoveries", env_.recoveries}}}};
+  return j.dump();
+}
+
+}  // namespace txnfs

@@ -1,0 +1,197 @@
+// Transactions: their state, what they have touched, and the manager that begins,
+// binds, commits and aborts them.
+//
+// Binding: a transaction belongs to one thread, or to a process and all processes
+// it starts. Every FUSE request carries the caller's thread id; bound() maps it to
+// the open transaction it belongs to, or to none (a plain request).
+//
+// Commit (see docs/crash-model.md): wait for the transaction's in-flight requests;
+// syncfs the store (every effect and every undo record durable); write the commit
+// record; fdatasync the database. Concurrent commits share the syncs (group
+// commit). Then locks are released and the undo log is discarded in the background.
+// Abort: run the undo executor on the log (the same code as crash recovery).
+#pragma once
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "txnfuse/txn/interval_set.h"
+#include "txnfuse/txn/lock_manager.h"
+#include "sync/mutex.h"
+#include "txnfuse/txn/step_mirror.h"
+#include "txnfuse/txn/txn_limits.h"
+#include "txnfs/txnfs.h"
+#include "recovery/undo/undo_log.h"
+
+namespace txnfs {
+
+struct TxnEnv;
+struct UndoStep;
+
+// What a transaction did to one object; guarded by Txn::mu.
+struct TouchedObject {
+  bool created = false;       // made by this transaction: nothing to back up
+  bool attrs_saved = false;   // an Attrs step records its state before the first change
+  bool xattrs_saved = false;  // an Xattrs step holds its xattrs before the first change
+  struct stat orig{};         // attributes before the first change
+  IntervalSet backed_up;      // ranges already saved by Data steps
+  uint32_t stashed = 0;       // names removed by this transaction whose object the
+                              // log keeps (each still counts in the backing st_nlink)
+};
+
+struct Txn : LockOwner {
+  Txn(uint64_t id, uid_t uid, pid_t pid, unsigned flags)
+      : LockOwner(id), uid(uid), pid(pid), flags(flags),
+        started(std::chrono::steady_clock::now()) {}
+
+  const uid_t uid;
+  const pid_t pid;         // bound thread id, or process id with TXNFS_BIND_PROCESS
+  const unsigned flags;
+  const std::chrono::steady_clock::time_point started;
+  ~Txn();
+  std::atomic<int> state{TXNFS_ACTIVE};
+  std::atomic<int> error{0};  // errno that made it abort-only
+  std::atomic<uint64_t> ops{0};
+  std::atomic<int64_t> lock_timeout_ms{-1};  // per lock wait; -1: the mount's default
+
+  // Guards everything below (rank 20 in src/sync/lock_order.h: under it a request may
+  // take MetaDb's and leaf mutexes; it is never taken inside MetaDb::transaction).
+  Mutex mu{LockRank::kTxn};
+  std::unique_ptr<UndoLog> log GUARDED_BY(mu);  // created at the first change
+  std::unordered_map<uint64_t, TouchedObject> objects GUARDED_BY(mu);  // by nodeid
+  std::set<std::pair<uint64_t, std::string>> entries GUARDED_BY(mu);  // changed (dir nodeid, name)
+  struct Unlinked {
+    std::string stash;  // name of the stashed object in the log directory
+    uint64_t parent;
+    std::string name;
+  };
+  std::multimap<uint64_t, Unlinked> unlinked GUARDED_BY(mu);  // by nodeid: every name the transaction
+                                               // removed (an object may lose several)
+  struct RowName {
+    uint64_t nodeid;
+    std::optional<uint64_t> parent;
+    std::string name;
+  };
+  std::vector<RowName> row_names GUARDED_BY(mu);  // handle-row names before renames, for abort
+  int pidfd = -1;               // the owner, watched by the reaper (set before it is shared)
+  StepMirror *mirror = nullptr;  // copies its undo steps into SQLite (set before it is shared)
+  int commit_error = 0;         // set by the group-commit leader (under TxnManager::gc_mu_)
+  int inflight GUARDED_BY(mu) = 0;  // requests of this transaction being served
+  CondVar idle;                 // inflight dropped to 0
+
+  uint64_t id() const { return LockOwner::id(); }
+  // Has this transaction changed (or made) the object?
+  bool touched(uint64_t nodeid) EXCLUDES(mu) {
+    MutexLock g(mu);
+    return objects.count(nodeid) != 0;
+  }
+  // Corrects attributes this transaction reads for what its own log hides.
+  void adjust(struct stat &st, uint64_t nodeid) EXCLUDES(mu) {
+    MutexLock g(mu);
+    auto it = objects.find(nodeid);
+    if (it != objects.end() && it->second.stashed) st.st_nlink -= it->second.stashed;
+  }
+  bool process_bound() const { return flags & TXNFS_BIND_PROCESS; }
+  // Makes the transaction abort-only; later requests fail with `err`.
+  void doom(int err) {
+    int expected = TXNFS_ACTIVE;
+    if (state.compare_exchange_strong(expected, TXNFS_ABORT_ONLY)) error = err;
+  }
+};
+
+using TxnPtr = std::shared_ptr<Txn>;
+
+class TxnManager {
+ public:
+  explicit TxnManager(TxnEnv &env);
+  ~TxnManager();
+  // Starts the background threads (owner reaper, log cleaner). Call after fork.
+  void start();
+  void stop();
+
+  TxnLimits limits;
+
+  // The open transaction a request from thread `tid` belongs to, or null. Cheap when
+  // no transaction is open.
+  TxnPtr bound(pid_t tid);
+  bool any_open() const { return open_count_.load(std::memory_order_acquire) > 0; }
+
+  int begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, uint64_t *id);
+
+  // fsync/fdatasync from a transaction's thread returns at once: commit makes every
+  // effect durable, and an effect of a transaction that aborts or dies is undone
+  // whether or not it reached the disk (docs/crash-model.md).
+  bool defers_fsync(pid_t caller_tid) { return any_open() && bound(caller_tid) != nullptr; }
+  int commit(uid_t uid, uint64_t id);
+  int abort(uid_t uid, uint64_t id);
+  int info(uid_t uid, uint64_t id, struct txnfs_info *out);
+  int set_lock_timeout(uid_t uid, uint64_t id, uint32_t ms);
+  // How long a lock wait of `t` (null: a plain request) may last.
+  std::chrono::milliseconds lock_timeout(const Txn *t) const {
+    int64_t ms = t ? t->lock_timeout_ms.load(std::memory_order_relaxed) : -1;
+    return ms >= 0 ? std::chrono::milliseconds(ms) : limits.lock_timeout;
+  }
+  std::string status_json();
+
+  // Request accounting: a request of `t` starts/ends. enter() fails with the error
+  // that ended the transaction's usefulness (EDEADLK for abort-only, ENOENT once
+  // committing/aborting, EFBIG/ENOSPC-like for limits).
+  int enter(Txn &t) EXCLUDES(t.mu);
+  void leave(Txn &t) EXCLUDES(t.mu);
+
+  uint64_t commits() const { return commits_; }
+  // Copies undo steps into undo_records for inspection (null before start()).
+  StepMirror *mirror() { return mirror_.get(); }
+
+ private:
+  TxnPtr find(uint64_t id) EXCLUDES(mu_);
+  int finish(TxnPtr t, bool commit);
+  int durable_commit(Txn &t) EXCLUDES(gc_mu_);
+  void unbind(Txn &t);
+  void reaper_loop();
+  void cleaner_loop();
+  TxnPtr lookup_process(pid_t tid) EXCLUDES(mu_);
+
+  TxnEnv &env_;
+  // Lock hierarchy: src/sync/lock_order.h (mu_ 10, gc_mu_ 40, clean_mu_ 41).
+  Mutex mu_{LockRank::kTxnManager};  // guards the maps
+  std::unordered_map<uint64_t, TxnPtr> by_id_ GUARDED_BY(mu_);
+  std::unordered_map<pid_t, TxnPtr> by_thread_ GUARDED_BY(mu_);   // thread-bound
+  std::unordered_map<pid_t, TxnPtr> by_process_ GUARDED_BY(mu_);  // process-bound, by pid
+  // tid -> (epoch, txn)
+  std::unordered_map<pid_t, std::pair<uint64_t, TxnPtr>> proc_cache_ GUARDED_BY(mu_);
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;  // bumps when the set of process-bound transactions changes
+  std::atomic<int> open_count_{0};
+
+  // Group commit: a leader syncs for everyone who arrived before it started.
+  Mutex gc_mu_ ACQUIRED_AFTER(mu_){LockRank::kGroupCommit};
+  CondVar gc_cv_;
+  std::vector<Txn *> gc_queue_ GUARDED_BY(gc_mu_);
+  uint64_t gc_requested_ GUARDED_BY(gc_mu_) = 0, gc_done_ GUARDED_BY(gc_mu_) = 0;
+  bool gc_leader_ GUARDED_BY(gc_mu_) = false;
+
+  // Background: owner-exit reaper and log cleaner.
+  std::atomic<bool> stopping_{false};
+  int wake_fd_ = -1;  // eventfd: the set of owners changed
+  std::thread reaper_, cleaner_;
+  std::unique_ptr<StepMirror> mirror_;
+  Mutex clean_mu_ ACQUIRED_AFTER(gc_mu_){LockRank::kCleaner};
+  CondVar clean_cv_;
+  std::deque<uint64_t> to_discard_ GUARDED_BY(clean_mu_);
+
+  std::atomic<uint64_t> commits_{0}, aborts_{0}, owner_exits_{0};
+};
+
+}  // namespace txnfs

@@ -1,0 +1,61 @@
+// TxnEnv — what the transaction core shares with the daemon that serves a store: the
+// store's directories, its metadata database, the lock manager, the committed view plain
+// readers are served from, and the caches in front of the tree that a finished
+// transaction must drop. Nothing here knows FUSE.
+//
+// The daemon's Fs (fuse/fs.h) extends it with the FUSE side (the inode table, the
+// operation table's options); TxnManager and the recorder see only this, so the core can
+// be built and unit-tested on a real XFS image with no mount at all.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "store/metadb.h"
+#include "store/store.h"
+#include "txnfuse/txn/committed_view.h"
+#include "txnfuse/txn/lock_manager.h"
+
+namespace txnfs {
+
+// Drops what a cache in front of the tree holds about an object or a name (for the
+// daemon: the kernel's dentry, attribute, page and listing caches). inode() and entry()
+// queue; flush() returns once everything queued before it has been dropped.
+class CacheInvalidator {
+ public:
+  virtual ~CacheInvalidator() = default;
+  virtual void inode(uint64_t nodeid) = 0;
+  virtual void entry(uint64_t parent, const std::string &name) = 0;
+  virtual void flush() = 0;
+};
+
+// For a core with no cache in front of it (unit tests, tools).
+class NoCache final : public CacheInvalidator {
+ public:
+  void inode(uint64_t) override {}
+  void entry(uint64_t, const std::string &) override {}
+  void flush() override {}
+};
+
+struct TxnEnv {
+  StorePaths paths;
+  int tree_fd = -1;      // STORE/tree; also the mount fd for open_by_handle_at
+  int backups_fd = -1;   // STORE/.txnfs/backups, where undo logs live
+  uint64_t tree_ino = 0;
+  bool reflink = true;     // back data up by range clones (else by copying)
+  bool undo_sync = false;  // fsync the undo log after every step (for measurement)
+  std::unique_ptr<MetaDb> db;
+  LockManager locks;
+  CommittedView view;  // committed state of what open transactions changed
+  CacheInvalidator *cache = nullptr;  // never null once serving (NoCache for none)
+  // Plain requests running without locks because no transaction was open when they
+  // started; TxnManager::begin waits for them to finish.
+  std::atomic<int> unlocked_inflight{0};
+  uint64_t recoveries = 0;  // transactions rolled back by recovery at mount
+
+  // nodeid the kernel sees for a backing inode number (the tree's root is nodeid 1).
+  uint64_t nodeid_of(uint64_t ino) const { return ino == tree_ino ? 1 : ino; }
+};
+
+}  // namespace txnfs

@@ -1,0 +1,232 @@
+// The transaction core (src/txnfuse/txn) on a real store on a loop-mounted XFS, with no
+// FUSE mount: TxnManager's begin, binding, commit and abort through TxnEnv, the real
+// recorder, the one undo executor, and the committed view plain readers are served from.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "store/backing.h"
+#include "store/store.h"
+#include "store/unique_fd.h"
+#include "txnfuse/txn/recorder.h"
+#include "txnfuse/txn/txn.h"
+#include "txnfuse/txn/txn_env.h"
+#include "xfs_image.h"
+
+using namespace txnfs;
+
+namespace {
+
+// A store on a fresh XFS image, served by a TxnManager with no cache in front of it.
+struct Core {
+  XfsImage xfs;
+  NoCache no_cache;
+  TxnEnv env;
+  std::unique_ptr<TxnManager> txns;
+
+  Core() {
+    if (!xfs.ok()) return;
+    init_store(xfs.mnt + "/store", false);
+    env.paths = StorePaths::of(xfs.mnt + "/store");
+    env.tree_fd = ::open(env.paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    env.backups_fd = ::open(env.paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    REQUIRE(env.tree_fd >= 0);
+    REQUIRE(env.backups_fd >= 0);
+    env.tree_ino = backing_id(env.tree_fd).ino;
+    env.db = MetaDb::open(env.paths.db);
+    env.cache = &no_cache;
+    txns = std::make_unique<TxnManager>(env);
+    txns->start();
+  }
+  ~Core() {
+    txns.reset();  // stops its threads first
+    if (env.tree_fd >= 0) ::close(env.tree_fd);
+    if (env.backups_fd >= 0) ::close(env.backups_fd);
+  }
+  bool ok() const { return xfs.ok(); }
+  std::string p(const std::string &rel) const { return env.paths.tree + "/" + rel; }
+
+  InodePtr inode(const std::string &rel) {
+    auto i = std::make_shared<Inode>();
+    i->fd = ::open(rel.empty() ? env.paths.tree.c_str() : p(rel).c_str(),
+                   O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    REQUIRE(i->fd >= 0);
+    BackingId b = backing_id(i->fd);
+    i->ino = b.ino;
+    i->generation = b.generation;
+    i->fh = b.fh;
+    i->nodeid = env.nodeid_of(b.ino);
+    return i;
+  }
+  // Begins a transaction bound to the calling thread; returns it.
+  TxnPtr begin() {
+    uint64_t id = 0;
+    REQUIRE(txns->begin(::getuid(), ::gettid(), 0, 0, &id) == 0);
+    TxnPtr t = txns->bound(::gettid());
+    REQUIRE(t);
+    REQUIRE(t->id() == id);
+    return t;
+  }
+  // A request of `t`: records an overwrite of `rel` at `off` through the recorder, then
+  // makes it, as the write handler does.
+  void write(Txn &t, const std::string &rel, off_t off, const std::string &data) {
+    REQUIRE(txns->enter(t) == 0);
+    REQUIRE(save_range(env, t, *inode(rel), uint64_t(off), data.size()) == 0);
+    UniqueFd fd(::open(p(rel).c_str(), O_WRONLY | O_CLOEXEC));
+    REQUIRE(::pwrite(fd.get(), data.data(), data.size(), off) == ssize_t(data.size()));
+    txns->leave(t);
+  }
+  std::string read(const std::string &rel) {
+    UniqueFd fd(::open(p(rel).c_str(), O_RDONLY | O_CLOEXEC));
+    std::string s(1 << 16, '\0');
+    ssize_t n = ::pread(fd.get(), s.data(), s.size(), 0);
+    s.resize(size_t(std::max<ssize_t>(n, 0)));
+    return s;
+  }
+  // What a plain reader is served for `rel` while transactions are open.
+  std::string read_committed(const std::string &rel) {
+    UniqueFd fd(::open(p(rel).c_str(), O_RDONLY | O_CLOEXEC));
+    std::string s(1 << 16, '\0');
+    ssize_t n = env.view.read(inode(rel)->nodeid, fd.get(), s.data(), s.size(), 0);
+    REQUIRE(n >= 0);
+    s.resize(size_t(n));
+    return s;
+  }
+  void put(const std::string &rel, const std::string &data) {
+    UniqueFd fd(::open(p(rel).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    REQUIRE(::write(fd.get(), data.data(), data.size()) == ssize_t(data.size()));
+  }
+  std::set<std::string> names(const std::vector<ListedEntry> &l) {
+    std::set<std::string> s;
+    for (auto &e : l) s.insert(e.name);
+    return s;
+  }
+  size_t logs_left() {
+    size_t n = 0;
+    DIR *d = ::opendir(env.paths.backups.c_str());
+    while (dirent *e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+    return n;
+  }
+};
+
+#define NEED_CORE(c)              \
+  Core c;                         \
+  if (!c.ok()) {                  \
+    WARN("skipped: " << c.xfs.why); \
+    return;                       \
+  }
+
+}  // namespace
+
+TEST_CASE("begin binds the calling thread only, once") {
+  NEED_CORE(c);
+  CHECK(!c.txns->any_open());
+  TxnPtr t = c.begin();
+  CHECK(c.txns->any_open());
+  uint64_t again = 0;
+  CHECK(c.txns->begin(::getuid(), ::gettid(), 0, 0, &again) == EBUSY);
+  pid_t other = 0;
+  TxnPtr seen;
+  std::thread([&] {
+    other = ::gettid();
+    seen = c.txns->bound(other);
+  }).join();
+  CHECK(other != ::gettid());
+  CHECK(!seen);  // another thread's requests are plain
+  CHECK(c.txns->status_json().find("\"id\":" + std::to_string(t->id())) != std::string::npos);
+  CHECK(c.txns->abort(::getuid(), t->id()) == 0);
+  CHECK(!c.txns->bound(::gettid()));
+  CHECK(!c.txns->any_open());
+  CHECK(c.txns->abort(::getuid(), t->id()) == ENOENT);
+}
+
+TEST_CASE("abort undoes recorded writes through the undo executor; the view shows the "
+          "committed bytes meanwhile") {
+  NEED_CORE(c);
+  c.put("f", "committed bytes");
+  TxnPtr t = c.begin();
+  c.write(*t, "f", 0, "UNCOMMITTED");
+  c.write(*t, "f", 15, " and more");
+  CHECK(c.read("f") == "UNCOMMITTEDytes and more");
+  CHECK(c.read_committed("f") == "committed bytes");
+  struct stat st;
+  REQUIRE(::stat(c.p("f").c_str(), &st) == 0);
+  CHECK(!c.env.view.attrs(c.inode("f")->nodeid, st));  // changed: do not cache
+  CHECK(st.st_size == 15);                               // the committed size
+
+  CHECK(c.txns->abort(::getuid(), t->id()) == 0);
+  CHECK(c.read("f") == "committed bytes");
+  CHECK(!c.env.view.object(c.inode("f")->nodeid));
+  CHECK(c.logs_left() == 0);
+  CHECK(c.env.view.empty());
+}
+
+TEST_CASE("commit keeps recorded writes; the cleaner removes the log") {
+  NEED_CORE(c);
+  c.put("f", "old");
+  TxnPtr t = c.begin();
+  c.write(*t, "f", 0, "new");
+  CHECK(c.txns->commit(::getuid(), t->id()) == 0);
+  CHECK(c.read("f") == "new");
+  CHECK(c.txns->commits() == 1);
+  CHECK(!c.env.view.object(c.inode("f")->nodeid));
+  for (int k = 0; k < 500 && c.logs_left() != 0; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(c.logs_left() == 0);
+}
+
+TEST_CASE("the committed listing hides what an open transaction made and shows what it "
+          "removed, until it ends") {
+  NEED_CORE(c);
+  c.put("old", "x");
+  c.put("kept", "y");
+  TxnPtr t = c.begin();
+  REQUIRE(c.txns->enter(*t) == 0);
+  InodePtr root = c.inode("");
+  auto mk = [](int dirfd, const char *tmp) {
+    int fd = ::openat(dirfd, tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    return fd < 0 ? errno : (::close(fd), 0);
+  };
+  REQUIRE(txn_make(c.env, *t, *root, "new", S_IFREG | 0644, mk, ::getuid(), ::getgid()) == 0);
+  REQUIRE(txn_remove(c.env, *t, *root, "old", false) == 0);
+  c.txns->leave(*t);
+
+  DIR *dp = ::opendir(c.env.paths.tree.c_str());
+  REQUIRE(dp);
+  CHECK(c.names(c.env.view.listing(root->nodeid, dp)) == std::set<std::string>{".", "..", "kept", "old"});
+  CHECK(c.env.view.before(root->nodeid, "new").has_value());
+  CHECK(!c.env.view.before(root->nodeid, "new")->existed);
+  CHECK(c.txns->abort(::getuid(), t->id()) == 0);
+  CHECK(c.names(c.env.view.listing(root->nodeid, dp)) == std::set<std::string>{".", "..", "kept", "old"});
+  CHECK(!c.env.view.before(root->nodeid, "new"));
+  ::closedir(dp);
+  struct stat st;
+  CHECK(::stat(c.p("new").c_str(), &st) != 0);
+  CHECK(c.read("old") == "x");
+}
+
+TEST_CASE("a transaction whose owner thread exits is aborted by the reaper") {
+  NEED_CORE(c);
+  c.put("f", "before");
+  uint64_t id = 0;
+  std::thread([&] {
+    TxnPtr t = c.begin();
+    id = t->id();
+    c.write(*t, "f", 0, "during");
+  }).join();
+  for (int k = 0; k < 500 && c.txns->any_open(); ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(!c.txns->any_open());
+  CHECK(c.read("f") == "before");
+  struct txnfs_info info;
+  CHECK(c.txns->info(0, id, &info) == ENOENT);
+}
