@@ -50,7 +50,10 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
-#include "bench_util.h"
+#include "lib/clock.h"
+#include "lib/errors.h"
+#include "lib/files.h"
+#include "lib/interrupt.h"
 
 namespace {
 
@@ -628,12 +631,7 @@ int main(int argc, char **argv) {
         }
     }
 
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGHUP, &sa, nullptr);
+    install_interrupt_handlers();
 
     int rc = 0;
     try {

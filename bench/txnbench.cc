@@ -60,11 +60,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
+#include "lib/errors.h"
+#include "lib/files.h"
+#include "lib/interrupt.h"
 #include "txnfs.h"
 
 extern char **environ;
-
-#include "bench_util.h"
 
 namespace {
 
@@ -1487,12 +1489,7 @@ int main(int argc, char **argv) {
     gen->add_option("--seed", gspec.seed, "seed")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGHUP, &sa, nullptr);
+    install_interrupt_handlers();
 
     try {
         if (*gen) {
