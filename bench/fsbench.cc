@@ -54,6 +54,7 @@
 #include "lib/errors.h"
 #include "lib/files.h"
 #include "lib/interrupt.h"
+#include "lib/workdirs.h"
 
 namespace {
 
@@ -119,36 +120,6 @@ constexpr size_t kIoSize = 1 << 20;
 
 
 
-// Directories created by this run; removed on exit, also on failure or interrupt.
-std::vector<std::string> g_created;
-
-void cleanup_created() {
-    for (auto it = g_created.rbegin(); it != g_created.rend(); ++it) {
-        std::error_code ec;
-        fsys::remove_all(*it, ec);
-        if (ec) fmt::print(stderr, "fsbench: warning: cleanup of {} failed: {}\n", *it, ec.message());
-    }
-    g_created.clear();
-}
-
-void forget_created(const std::string &p) {
-    std::erase(g_created, p);
-}
-
-std::string make_workdir(const Dir &d, const std::string &tag) {
-    std::string p = fmt::format("{}/fsbench.{}.{}", d.path, getpid(), tag);
-    if (mkdir(p.c_str(), 0755) != 0) sys_fail("mkdir", p);
-    g_created.push_back(p);
-    return p;
-}
-
-void remove_workdir(const std::string &p) {
-    std::error_code ec;
-    fsys::remove_all(p, ec);
-    if (ec) throw std::system_error(ec, "remove_all " + p);
-    forget_created(p);
-}
-
 // A directory fd, or AT_FDCWD with a path prefix (for --full-paths).
 struct Base {
     int fd = AT_FDCWD;
@@ -173,6 +144,7 @@ std::unique_ptr<Base> open_base(const std::string &dir, bool full_paths) {
 struct Bench {
     Options opt;
     std::vector<Dir> dirs;
+    WorkDirs &workdirs;  // main() removes what is left of them, also on failure or interrupt
     std::vector<std::string> names;  // file names f000000...
     std::set<std::string> want;      // steps to run
     char *small_buf = nullptr;
@@ -181,7 +153,7 @@ struct Bench {
     std::unique_ptr<std::ofstream> csv;
     std::string run_id;
 
-    Bench(Options o, std::vector<Dir> d) : opt(std::move(o)), dirs(std::move(d)) {
+    Bench(Options o, std::vector<Dir> d, WorkDirs &w) : opt(std::move(o)), dirs(std::move(d)), workdirs(w) {
         for (uint64_t i = 0; i < opt.files; ++i) names.push_back(fmt::format("f{:07}", i));
         small_buf = static_cast<char *>(std::aligned_alloc(4096, kSmall));
         big_buf = static_cast<char *>(std::aligned_alloc(4096, kIoSize));
@@ -218,6 +190,11 @@ struct Bench {
                                 opt.big_mib);
             csv->flush();
         }
+    }
+
+    // A fresh work directory in D for one group of steps: D/fsbench.<pid>.<tag>.
+    std::string make_workdir(const Dir &d, const std::string &tag) {
+        return workdirs.make(fmt::format("{}/fsbench.{}.{}", d.path, getpid(), tag));
     }
 
     void maybe_sync() {
@@ -344,7 +321,7 @@ struct Bench {
             if (want.count("e")) record("e", di, rep, order, t0, t1, n, 0);
         }
         base.reset();
-        remove_workdir(wd);
+        workdirs.remove(wd);
         maybe_sync();
     }
 
@@ -402,7 +379,7 @@ struct Bench {
             }
             record("g", di, rep, order, t0, t1, opt.big_mib, total);
         }
-        remove_workdir(wd);
+        workdirs.remove(wd);
         maybe_sync();
     }
 
@@ -633,9 +610,10 @@ int main(int argc, char **argv) {
 
     install_interrupt_handlers();
 
+    WorkDirs workdirs("fsbench");
     int rc = 0;
     try {
-        Bench b(opt, dirs);
+        Bench b(opt, dirs, workdirs);
         b.want = want;
         if (!opt.csv.empty()) {
             bool fresh = !fsys::exists(opt.csv) || fsys::file_size(opt.csv) == 0;
@@ -653,6 +631,6 @@ int main(int argc, char **argv) {
         fmt::print(stderr, "txnfs-fsbench: error: {}\n", e.what());
         rc = 1;
     }
-    cleanup_created();
+    workdirs.remove_left();
     return rc;
 }

@@ -64,6 +64,7 @@
 #include "lib/errors.h"
 #include "lib/files.h"
 #include "lib/interrupt.h"
+#include "lib/workdirs.h"
 #include "txnfs.h"
 
 extern char **environ;
@@ -500,7 +501,7 @@ struct Bench {
     TreeStats tree;
     uint64_t tar_bytes = 0;
     uint64_t start_rss_kib = 0, start_threads = 0;
-    std::vector<std::string> created;  // work directories to remove on exit
+    WorkDirs workdirs{"txnbench"};  // cleanup() removes what is left of them
     std::optional<txnfs_id_t> open_txn;
     std::vector<TraceResult> traces;
     uint64_t mount_kdev = 0;  // the mount's st_dev as the kernel prints it (FUSE connection id)
@@ -518,18 +519,9 @@ struct Bench {
 
     std::string dir_of(Cfg c) const { return c == X ? opt.xfs_dir : opt.mount; }
 
+    // A fresh work directory for one sample on C: <dir of C>/txnbench.<pid>.<C>.<tag>.
     std::string make_dir(Cfg c, const std::string &tag) {
-        std::string p = fmt::format("{}/txnbench.{}.{}.{}", dir_of(c), getpid(), kCfgName[c], tag);
-        if (mkdir(p.c_str(), 0755) != 0) sys_fail("mkdir", p);
-        created.push_back(p);
-        return p;
-    }
-
-    void remove_dir(const std::string &p) {
-        std::error_code ec;
-        fsys::remove_all(p, ec);
-        if (ec) throw std::system_error(ec, "remove_all " + p);
-        std::erase(created, p);
+        return workdirs.make(fmt::format("{}/txnbench.{}.{}.{}", dir_of(c), getpid(), kCfgName[c], tag));
     }
 
     void cleanup() {
@@ -538,12 +530,7 @@ struct Bench {
             if (rc < 0) fmt::print(stderr, "txnbench: warning: abort of transaction {}: {}\n", *open_txn, strerror(-rc));
             open_txn.reset();
         }
-        for (auto it = created.rbegin(); it != created.rend(); ++it) {
-            std::error_code ec;
-            fsys::remove_all(*it, ec);
-            if (ec) fmt::print(stderr, "txnbench: warning: cleanup of {} failed: {}\n", *it, ec.message());
-        }
-        created.clear();
+        workdirs.remove_left();
     }
 
     // Equal starting states: everything written so far is on disk (untimed sync), the
@@ -842,7 +829,7 @@ void Bench::files_pair(Cfg c, int rep, int order, uint64_t size, Tracer *tr) {
         if (!want.count("overwrite")) break;
     }
     close(dfd);
-    remove_dir(wd);
+    workdirs.remove(wd);
 }
 
 void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
@@ -899,7 +886,7 @@ void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
         fail(fmt::format("tar on {}: {} files and {} directories extracted, want {} and {}", kCfgName[c], nf, nd,
                          tree.files, tree.dirs));
     record(s);
-    remove_dir(wd);
+    workdirs.remove(wd);
 }
 
 void Bench::tar_abort(int rep, Tracer *tr) {
@@ -946,7 +933,7 @@ void Bench::tar_abort(int rep, Tracer *tr) {
     for ([[maybe_unused]] auto &e : fsys::directory_iterator(wd)) ++left;
     if (left) fail(fmt::format("after txnfs run --abort, {} has {} entries (want none)", wd, left));
     record(s);
-    remove_dir(wd);
+    workdirs.remove(wd);
 }
 
 // Workload 5: one transaction of this thread with --rss-ops daemon operations (the
@@ -1069,7 +1056,7 @@ void Bench::rss_run() {
         csv->flush();
     }
     quiesce();
-    remove_dir(wd);
+    workdirs.remove(wd);
 }
 
 void Bench::prepare_tarball() {
