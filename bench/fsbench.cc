@@ -54,6 +54,7 @@
 #include "lib/errors.h"
 #include "lib/files.h"
 #include "lib/interrupt.h"
+#include "lib/stats.h"
 #include "lib/workdirs.h"
 
 namespace {
@@ -389,10 +390,7 @@ struct Bench {
             if (want.count(s.id)) (s.kind == Kind::meta ? any_meta : any_io) = true;
         const size_t nd = dirs.size();
         for (int rep = 0; rep < opt.reps; ++rep) {
-            // Alternate the order of the directories in every repetition so that
-            // neither side is always first (warm-up, writeback of the other side).
-            std::vector<size_t> order(nd);
-            for (size_t i = 0; i < nd; ++i) order[i] = (rep % 2 == 0) ? i : nd - 1 - i;
+            const std::vector<size_t> order = rep_order(nd, rep);
             if (any_meta)
                 for (size_t k = 0; k < nd; ++k) {
                     fmt::print(stderr, "fsbench: rep {}/{} metadata steps on {}\n", rep + 1,
@@ -406,13 +404,6 @@ struct Bench {
                     io_group(order[k], rep, static_cast<int>(k));
                 }
         }
-    }
-
-    static double median(std::vector<double> v) {
-        if (v.empty()) return 0;
-        std::sort(v.begin(), v.end());
-        size_t m = v.size() / 2;
-        return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
     }
 
     void report() const {
@@ -463,7 +454,7 @@ struct Bench {
         for (const auto &s : kSteps) {
             if (!want.count(s.id)) continue;
             std::vector<double> med(nd);
-            double spread = 0;
+            double worst_spread = 0;
             uint64_t ops = 0;
             for (size_t i = 0; i < nd; ++i) {
                 std::vector<double> v;
@@ -473,10 +464,7 @@ struct Bench {
                         ops = x.ops;
                     }
                 med[i] = median(v);
-                if (!v.empty() && med[i] > 0) {
-                    auto [mn, mx] = std::minmax_element(v.begin(), v.end());
-                    spread = std::max(spread, (*mx - *mn) / med[i]);
-                }
+                worst_spread = std::max(worst_spread, spread(v));
             }
             std::string ops_s = s.kind == Kind::io ? fmt::format("{}M", ops) : fmt::format("{}", ops);
             std::string line = fmt::format("{:<26} {:>7}", s.title, ops_s);
@@ -485,7 +473,7 @@ struct Bench {
                 if (med[0] > 0) line += fmt::format(" {:>{}.2f}x", med[i] / med[0], wrat[i] - 1);
                 else line += fmt::format(" {:>{}}", "-", wrat[i]);
             }
-            line += fmt::format(" {:>6.0f}%", spread * 100);
+            line += fmt::format(" {:>6.0f}%", worst_spread * 100);
             if (targets) {
                 double tgt = s.kind == Kind::meta ? opt.target_meta : opt.target_io;
                 if (tgt > 0 && med[0] > 0) {

@@ -64,6 +64,7 @@
 #include "lib/errors.h"
 #include "lib/files.h"
 #include "lib/interrupt.h"
+#include "lib/stats.h"
 #include "lib/workdirs.h"
 #include "txnfs.h"
 
@@ -81,13 +82,6 @@ namespace fsys = std::filesystem;
 [[noreturn]] void fail(const std::string &msg) { throw std::runtime_error(msg); }
 
 
-
-double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    size_t m = v.size() / 2;
-    return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
 
 std::string human_bytes(uint64_t b) {
     if (b >= (uint64_t(1) << 30) && b % (uint64_t(1) << 30) == 0) return fmt::format("{}G", b >> 30);
@@ -1102,10 +1096,8 @@ void Bench::run() {
     bool has_t = std::find(cfgs.begin(), cfgs.end(), T) != cfgs.end();
     if (want.count("tar") || want.count("abort")) prepare_tarball();
     for (int rep = 0; rep < opt.reps; ++rep) {
-        // Alternate the order of the configurations in every repetition so that none is
-        // always first (warm-up, the other side's writeback).
-        std::vector<Cfg> order = cfgs;
-        if (rep % 2) std::reverse(order.begin(), order.end());
+        std::vector<Cfg> order;
+        for (size_t i : rep_order(cfgs.size(), rep)) order.push_back(cfgs[i]);
         std::string order_s;
         for (Cfg c : order) order_s += kCfgName[c];
         if (want.count("write") || want.count("overwrite"))
@@ -1188,17 +1180,13 @@ void Bench::report() const {
             if (s.workload == wl && s.cfg == c) v.push_back(static_cast<double>(s.*field));
         return v.empty() ? 0.0 : median(v);
     };
-    auto spread = [&](const std::string &wl) {
+    auto worst_spread = [&](const std::string &wl) {
         double worst = 0;
         for (Cfg c : cfgs) {
             std::vector<double> v;
             for (auto &s : samples)
                 if (s.workload == wl && s.cfg == c) v.push_back(s.secs);
-            double m = median(v);
-            if (v.size() > 1 && m > 0) {
-                auto [mn, mx] = std::minmax_element(v.begin(), v.end());
-                worst = std::max(worst, (*mx - *mn) / m);
-            }
+            worst = std::max(worst, spread(v));
         }
         return worst;
     };
@@ -1259,7 +1247,7 @@ void Bench::report() const {
         }
         if (has(X) && has(T)) line += fmt::format(" {:>8}", ratio(med(wl, T, &Sample::secs), med(wl, X, &Sample::secs)));
         if (has(X) && has(P)) line += fmt::format(" {:>8}", ratio(med(wl, P, &Sample::secs), med(wl, X, &Sample::secs)));
-        line += fmt::format(" {:>6.0f}%", spread(wl) * 100);
+        line += fmt::format(" {:>6.0f}%", worst_spread(wl) * 100);
         fmt::print("{}\n", line);
     }
 
