@@ -50,6 +50,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include "lib/buffer.h"
 #include "lib/clock.h"
 #include "lib/errors.h"
 #include "lib/files.h"
@@ -148,34 +149,18 @@ struct Bench {
     WorkDirs &workdirs;  // main() removes what is left of them, also on failure or interrupt
     std::vector<std::string> names;  // file names f000000...
     std::set<std::string> want;      // steps to run
-    char *small_buf = nullptr;
-    char *big_buf = nullptr;
+    AlignedBuffer small_buf = aligned_buffer(kSmall);  // what step a writes and d checks
+    AlignedBuffer big_buf = aligned_buffer(kIoSize);   // what step f writes, g reads into
     std::vector<Sample> samples;
     std::unique_ptr<std::ofstream> csv;
     std::string run_id;
 
     Bench(Options o, std::vector<Dir> d, WorkDirs &w) : opt(std::move(o)), dirs(std::move(d)), workdirs(w) {
         for (uint64_t i = 0; i < opt.files; ++i) names.push_back(fmt::format("f{:07}", i));
-        small_buf = static_cast<char *>(std::aligned_alloc(4096, kSmall));
-        big_buf = static_cast<char *>(std::aligned_alloc(4096, kIoSize));
-        if (!small_buf || !big_buf) throw std::bad_alloc();
-        // Non-zero, non-repeating data so that nothing can take a shortcut on zeroes.
-        uint64_t x = 0x9E3779B97F4A7C15ull;
-        auto fill = [&x](char *p, size_t n) {
-            for (size_t i = 0; i + 8 <= n; i += 8) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                std::memcpy(p + i, &x, 8);
-            }
-        };
-        fill(small_buf, kSmall);
-        fill(big_buf, kIoSize);
+        Pattern pattern(0x9E3779B97F4A7C15ull);  // one stream: big_buf goes on where small_buf ends
+        pattern.fill(small_buf.get(), kSmall);
+        pattern.fill(big_buf.get(), kIoSize);
         run_id = fmt::format("{}-{}", static_cast<long long>(time(nullptr)), getpid());
-    }
-    ~Bench() {
-        std::free(small_buf);
-        std::free(big_buf);
     }
 
     void record(const std::string &step, size_t di, int rep, int order, double t0, double t1,
@@ -218,7 +203,7 @@ struct Bench {
                 std::string nm = base->name(names[i]);
                 int fd = openat(base->fd, nm.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
                 if (fd < 0) sys_fail("create", wd + "/" + names[i]);
-                ssize_t w = write(fd, small_buf, kSmall);
+                ssize_t w = write(fd, small_buf.get(), kSmall);
                 if (w != static_cast<ssize_t>(kSmall)) {
                     if (w >= 0) errno = EIO;
                     sys_fail("write", wd + "/" + names[i]);
@@ -257,9 +242,7 @@ struct Bench {
             errno = 0;
             while (struct dirent *de = readdir(dp)) {
                 check_interrupt();
-                if (de->d_name[0] == '.' &&
-                    (de->d_name[1] == 0 || (de->d_name[1] == '.' && de->d_name[2] == 0)))
-                    continue;
+                if (is_dot_or_dotdot(de->d_name)) continue;
                 ++entries;
                 if (with_stat) {
                     struct stat st {};
@@ -301,7 +284,7 @@ struct Bench {
                     got += static_cast<size_t>(r);
                     if (got == sizeof tmp) break;
                 }
-                if (got != kSmall || std::memcmp(tmp, small_buf, kSmall) != 0) {
+                if (got != kSmall || std::memcmp(tmp, small_buf.get(), kSmall) != 0) {
                     errno = EIO;
                     sys_fail(fmt::format("read: wrong content ({} bytes) in", got), wd + "/" + names[i]);
                 }
@@ -341,15 +324,7 @@ struct Bench {
             while (done < total) {
                 check_interrupt();
                 size_t chunk = static_cast<size_t>(std::min<uint64_t>(kIoSize, total - done));
-                size_t off = 0;
-                while (off < chunk) {
-                    ssize_t w = write(fd, big_buf + off, chunk - off);
-                    if (w < 0) {
-                        if (errno == EINTR) continue;
-                        sys_fail("write", path);
-                    }
-                    off += static_cast<size_t>(w);
-                }
+                write_all(fd, big_buf.get(), chunk, 0, false, path);
                 done += chunk;
             }
             if (fsync(fd) != 0) sys_fail("fsync", path);
@@ -364,7 +339,7 @@ struct Bench {
             uint64_t done = 0;
             for (;;) {
                 check_interrupt();
-                ssize_t r = read(fd, big_buf, kIoSize);
+                ssize_t r = read(fd, big_buf.get(), kIoSize);
                 if (r < 0) {
                     if (errno == EINTR) continue;
                     sys_fail("read", path);
@@ -566,7 +541,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         d.fstype = fs_type_name(d.path);
-        d.kdev = (static_cast<uint64_t>(major(st.st_dev)) << 20) | minor(st.st_dev);
+        d.kdev = kernel_dev(st.st_dev);
         dirs.push_back(d);
     }
     if (dirs.size() < 2)

@@ -60,6 +60,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "lib/buffer.h"
 #include "lib/clock.h"
 #include "lib/errors.h"
 #include "lib/files.h"
@@ -100,30 +101,6 @@ uint64_t parse_size(const std::string &s) {
     if (suf == "M" || suf == "MiB") return v << 20;
     if (suf == "G" || suf == "GiB") return v << 30;
     fail("bad size '" + s + "' (use e.g. 1K, 64K, 1M)");
-}
-
-void write_all(int fd, const char *p, size_t n, uint64_t off, bool positional, const std::string &what) {
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = positional ? pwrite(fd, p + done, n - done, static_cast<off_t>(off + done))
-                               : write(fd, p + done, n - done);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            sys_fail("write", what);
-        }
-        done += static_cast<size_t>(w);
-    }
-}
-
-// Non-zero, non-repeating data so that nothing can take a shortcut on zeroes.
-void fill_random(char *p, size_t n, uint64_t seed) {
-    uint64_t x = seed | 1;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        std::memcpy(p + i, &x, 8);
-    }
 }
 
 // splitmix64: a deterministic generator whose output does not depend on the C++ library
@@ -200,7 +177,7 @@ std::pair<uint64_t, uint64_t> count_log(const std::string &dir) {
     DIR *d = opendir(dir.c_str());
     if (!d) return {0, 0};
     while (dirent *e = readdir(d)) {
-        if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0))) continue;
+        if (is_dot_or_dotdot(e->d_name)) continue;
         if (e->d_type == DT_LNK) ++links;
         else ++other;
     }
@@ -487,8 +464,7 @@ struct Bench {
     std::vector<uint64_t> sizes;
     std::set<std::string> want;
     std::vector<Cfg> cfgs;
-    char *buf_a = nullptr, *buf_b = nullptr;
-    uint64_t buf_len = 0;
+    AlignedBuffer buf_a, buf_b;  // what write and overwrite write (rss: overwrites and new files)
     std::vector<Sample> samples;
     std::unique_ptr<std::ofstream> csv;
     std::string run_id;
@@ -770,7 +746,7 @@ void Bench::files_pair(Cfg c, int rep, int order, uint64_t size, Tracer *tr) {
         const bool overwrite = pass == 1;
         const std::string wl = fmt::format("{}-{}", overwrite ? "overwrite" : "write", human_bytes(size));
         const bool timed = want.count(overwrite ? "overwrite" : "write") > 0;
-        const char *data = overwrite ? buf_b : buf_a;
+        const char *data = overwrite ? buf_b.get() : buf_a.get();
         quiesce();
         if (tr && timed && c != X) tr->start(fmt::format("{}.{}", wl, kCfgName[c]));
         Sample s;
@@ -951,7 +927,7 @@ void Bench::rss_run() {
         std::string p = path_old(i);
         int fd = open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0) sys_fail("create", p);
-        write_all(fd, buf_a, old_size, 0, false, p);
+        write_all(fd, buf_a.get(), old_size, 0, false, p);
         close(fd);
     }
     quiesce();
@@ -1004,7 +980,7 @@ void Bench::rss_run() {
                 std::string p = path_new(next_new++);
                 int fd = open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
                 if (fd < 0) sys_fail("create", p);
-                write_all(fd, buf_b, 1024, 0, false, p);
+                write_all(fd, buf_b.get(), 1024, 0, false, p);
                 if (fchmod(fd, 0600) != 0) sys_fail("fchmod", p);
                 close(fd);
                 rss.created++;
@@ -1014,7 +990,7 @@ void Bench::rss_run() {
                 std::string p = opt.rss_existing ? path_old(j) : path_new(j % std::max<uint64_t>(next_new, 1));
                 int fd = open(p.c_str(), O_WRONLY | O_CLOEXEC);
                 if (fd < 0) sys_fail("open", p);
-                write_all(fd, buf_b, 1024, blk * 4096, true, p);
+                write_all(fd, buf_b.get(), 1024, blk * 4096, true, p);
                 close(fd);
                 writes++;
                 rss.overwrites++;
@@ -1369,7 +1345,7 @@ int run_main(Options opt) {
     {
         struct stat st {};
         if (stat(opt.mount.c_str(), &st) != 0) sys_fail("stat", opt.mount);
-        b.mount_kdev = (static_cast<uint64_t>(major(st.st_dev)) << 20) | minor(st.st_dev);
+        b.mount_kdev = kernel_dev(st.st_dev);
     }
     {
         char buf[PATH_MAX];
@@ -1386,12 +1362,11 @@ int run_main(Options opt) {
     if (b.xfs_fd < 0) sys_fail("open", opt.xfs_dir);
     uint64_t maxsz = 1024 * 64;
     for (auto s : b.sizes) maxsz = std::max(maxsz, s);
-    b.buf_len = (maxsz + 4095) / 4096 * 4096;
-    b.buf_a = static_cast<char *>(std::aligned_alloc(4096, b.buf_len));
-    b.buf_b = static_cast<char *>(std::aligned_alloc(4096, b.buf_len));
-    if (!b.buf_a || !b.buf_b) throw std::bad_alloc();
-    fill_random(b.buf_a, b.buf_len, 0x9E3779B97F4A7C15ull);
-    fill_random(b.buf_b, b.buf_len, 0xD1B54A32D192ED03ull);
+    const uint64_t buf_len = (maxsz + 4095) / 4096 * 4096;
+    b.buf_a = aligned_buffer(buf_len);
+    b.buf_b = aligned_buffer(buf_len);
+    Pattern(0x9E3779B97F4A7C15ull).fill(b.buf_a.get(), buf_len);
+    Pattern(0xD1B54A32D192ED03ull).fill(b.buf_b.get(), buf_len);
     b.run_id = fmt::format("{}-{}", static_cast<long long>(time(nullptr)), getpid());
     if (!opt.csv.empty()) {
         bool fresh = !fsys::exists(opt.csv) || fsys::file_size(opt.csv) == 0;
@@ -1414,8 +1389,6 @@ int run_main(Options opt) {
         rc = 1;
     }
     b.cleanup();
-    std::free(b.buf_a);
-    std::free(b.buf_b);
     close(b.xfs_fd);
     return rc;
 }
