@@ -55,6 +55,7 @@
 #include "lib/errors.h"
 #include "lib/files.h"
 #include "lib/interrupt.h"
+#include "lib/output.h"
 #include "lib/stats.h"
 #include "lib/workdirs.h"
 
@@ -153,14 +154,13 @@ struct Bench {
     AlignedBuffer big_buf = aligned_buffer(kIoSize);   // what step f writes, g reads into
     std::vector<Sample> samples;
     std::unique_ptr<std::ofstream> csv;
-    std::string run_id;
+    std::string run_id = make_run_id();
 
     Bench(Options o, std::vector<Dir> d, WorkDirs &w) : opt(std::move(o)), dirs(std::move(d)), workdirs(w) {
         for (uint64_t i = 0; i < opt.files; ++i) names.push_back(fmt::format("f{:07}", i));
         Pattern pattern(0x9E3779B97F4A7C15ull);  // one stream: big_buf goes on where small_buf ends
         pattern.fill(small_buf.get(), kSmall);
         pattern.fill(big_buf.get(), kIoSize);
-        run_id = fmt::format("{}-{}", static_cast<long long>(time(nullptr)), getpid());
     }
 
     void record(const std::string &step, size_t di, int rep, int order, double t0, double t1,
@@ -423,7 +423,7 @@ struct Bench {
         for (size_t i = 1; i < nd; ++i) h += fmt::format(" {:>{}}", dirs[i].label + "/" + dirs[0].label, wrat[i]);
         h += fmt::format(" {:>7}", "spread");
         if (targets) h += fmt::format("  {:>6} {}", "target", dirs[*target_dir].label);
-        fmt::print("{}\n{}\n", h, std::string(h.size(), '-'));
+        print_table_header(h);
 
         bool all_ok = true;
         for (const auto &s : kSteps) {
@@ -574,26 +574,15 @@ int main(int argc, char **argv) {
     install_interrupt_handlers();
 
     WorkDirs workdirs("fsbench");
-    int rc = 0;
-    try {
+    int rc = exit_status_of("txnfs-fsbench", "interrupted, cleaning up", [&] {
         Bench b(opt, dirs, workdirs);
         b.want = want;
-        if (!opt.csv.empty()) {
-            bool fresh = !fsys::exists(opt.csv) || fsys::file_size(opt.csv) == 0;
-            b.csv = std::make_unique<std::ofstream>(opt.csv, std::ios::app);
-            if (!*b.csv) throw std::runtime_error("cannot open --csv file " + opt.csv);
-            if (fresh)
-                *b.csv << "run_id,unix_time,label,path,rep,order,step,seconds,ops,bytes,files,big_mib\n";
-        }
+        if (!opt.csv.empty())
+            b.csv = open_csv(opt.csv, "run_id,unix_time,label,path,rep,order,step,seconds,ops,bytes,files,big_mib");
         b.run();
         b.report();
-    } catch (const Interrupted &) {
-        fmt::print(stderr, "txnfs-fsbench: interrupted, cleaning up\n");
-        rc = 130;
-    } catch (const std::exception &e) {
-        fmt::print(stderr, "txnfs-fsbench: error: {}\n", e.what());
-        rc = 1;
-    }
+        return 0;
+    });
     workdirs.remove_left();
     return rc;
 }

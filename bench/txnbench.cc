@@ -65,6 +65,7 @@
 #include "lib/errors.h"
 #include "lib/files.h"
 #include "lib/interrupt.h"
+#include "lib/output.h"
 #include "lib/stats.h"
 #include "lib/workdirs.h"
 #include "txnfs.h"
@@ -1205,7 +1206,7 @@ void Bench::report() const {
     if (has(X) && has(T)) h += fmt::format(" {:>8}", "T/X");
     if (has(X) && has(P)) h += fmt::format(" {:>8}", "P/X");
     h += fmt::format(" {:>7}", "spread");
-    fmt::print("{}\n{}\n", h, std::string(h.size(), '-'));
+    print_table_header(h);
     bool all_ok = true;
     for (auto &wl : wls) {
         uint64_t files = 0;
@@ -1253,7 +1254,7 @@ void Bench::report() const {
     if (has(P)) ch += fmt::format(" {:>8}", "P cpu s");
     if (has(T)) ch += fmt::format(" {:>8} {:>8} {:>8} {:>9}", "T cpu s", "T ops", "undo", "backup");
     if (opt.daemon > 0) ch += fmt::format(" {:>9}", "RSS after");
-    fmt::print("{}\n{}\n", ch, std::string(ch.size(), '-'));
+    print_table_header(ch);
     std::vector<std::string> all = wls;
     if (have_abort) all.push_back("abort");
     for (auto &wl : all) {
@@ -1367,27 +1368,17 @@ int run_main(Options opt) {
     b.buf_b = aligned_buffer(buf_len);
     Pattern(0x9E3779B97F4A7C15ull).fill(b.buf_a.get(), buf_len);
     Pattern(0xD1B54A32D192ED03ull).fill(b.buf_b.get(), buf_len);
-    b.run_id = fmt::format("{}-{}", static_cast<long long>(time(nullptr)), getpid());
-    if (!opt.csv.empty()) {
-        bool fresh = !fsys::exists(opt.csv) || fsys::file_size(opt.csv) == 0;
-        b.csv = std::make_unique<std::ofstream>(opt.csv, std::ios::app);
-        if (!*b.csv) fail("cannot open --csv file " + opt.csv);
-        if (fresh)
-            *b.csv << "run_id,unix_time,workload,config,rep,order,files,bytes,seconds,commit_seconds,extract_seconds,"
-                      "abort_seconds,sync_after_seconds,daemon_cpu_seconds,txn_ops,undo_steps,undo_objects,"
-                      "backup_bytes,rss_base_kib,rss_peak_kib,rss_hwm_kib,daemon_rss_after_kib\n";
-    }
-    int rc = 0;
-    try {
+    b.run_id = make_run_id();
+    if (!opt.csv.empty())
+        b.csv = open_csv(opt.csv, "run_id,unix_time,workload,config,rep,order,files,bytes,seconds,commit_seconds,"
+                                  "extract_seconds,abort_seconds,sync_after_seconds,daemon_cpu_seconds,txn_ops,"
+                                  "undo_steps,undo_objects,backup_bytes,rss_base_kib,rss_peak_kib,rss_hwm_kib,"
+                                  "daemon_rss_after_kib");
+    int rc = exit_status_of("txnfs-txnbench", "interrupted, cleaning up", [&] {
         b.run();
         b.report();
-    } catch (const Interrupted &) {
-        fmt::print(stderr, "txnfs-txnbench: interrupted, cleaning up\n");
-        rc = 130;
-    } catch (const std::exception &e) {
-        fmt::print(stderr, "txnfs-txnbench: error: {}\n", e.what());
-        rc = 1;
-    }
+        return 0;
+    });
     b.cleanup();
     close(b.xfs_fd);
     return rc;
@@ -1439,7 +1430,7 @@ int main(int argc, char **argv) {
 
     install_interrupt_handlers();
 
-    try {
+    return exit_status_of("txnfs-txnbench", "interrupted", [&] {
         if (*gen) {
             if (fsys::exists(gout)) fail(gout + " exists");
             TreeStats st = gen_tree(gout, gspec);
@@ -1450,11 +1441,5 @@ int main(int argc, char **argv) {
             return 0;
         }
         return run_main(opt);
-    } catch (const Interrupted &) {
-        fmt::print(stderr, "txnfs-txnbench: interrupted\n");
-        return 130;
-    } catch (const std::exception &e) {
-        fmt::print(stderr, "txnfs-txnbench: error: {}\n", e.what());
-        return 1;
-    }
+    });
 }
