@@ -203,6 +203,32 @@ std::string only_log_dir(const std::string &backups) {
 
 // ---- stamp: the wrapper that timestamps the exit of tar --------------------------------
 
+// What the wrapper writes to its OUT file, one line: "T_EXIT T_COUNTED STEPS OBJECTS STATUS".
+struct Stamp {
+    double t_exit = 0;     // CLOCK_MONOTONIC when the command exited
+    double t_counted = 0;  // ... and when the undo log was counted (a window left out of every result)
+    unsigned long long steps = 0, objects = 0;  // the undo log: symlinks (undo steps), other entries
+    int status = 0;                             // the command's wait status
+};
+
+// Writes S to PATH; nothing when PATH cannot be opened (read_stamp() then fails).
+void write_stamp(const std::string &path, const Stamp &s) {
+    FILE *f = fopen(path.c_str(), "w");
+    if (!f) return;
+    fprintf(f, "%.9f %.9f %llu %llu %d\n", s.t_exit, s.t_counted, s.steps, s.objects, s.status);
+    fclose(f);
+}
+
+// The Stamp the wrapper wrote to PATH; throws when there is none.
+Stamp read_stamp(const std::string &path) {
+    Stamp s;
+    FILE *f = fopen(path.c_str(), "r");
+    const bool ok = f && fscanf(f, "%lf %lf %llu %llu %d", &s.t_exit, &s.t_counted, &s.steps, &s.objects, &s.status) == 5;
+    if (f) fclose(f);
+    if (!ok) fail("no timestamp from the stamp wrapper in " + path);
+    return s;
+}
+
 int stamp_main(int argc, char **argv) {
     // argv: txnfs-txnbench stamp OUT COUNT_DIR -- CMD ARGS...
     if (argc < 6 || std::string(argv[4]) != "--") {
@@ -220,26 +246,20 @@ int stamp_main(int argc, char **argv) {
         perror("txnfs-txnbench stamp: exec");
         _exit(127);
     }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    Stamp s;
+    while (waitpid(pid, &s.status, 0) < 0 && errno == EINTR) {
     }
-    double t_exit = now_mono();
+    s.t_exit = now_mono();
     // Optionally count the undo log of the (one) open transaction before txnfs run
     // ends it; the time this takes is written too, and left out of every result.
-    uint64_t steps = 0, objects = 0;
     if (count_dir != "-") {
         std::string log = only_log_dir(count_dir);
-        if (!log.empty()) std::tie(steps, objects) = count_log(log);
+        if (!log.empty()) std::tie(s.steps, s.objects) = count_log(log);
     }
-    double t_counted = now_mono();
-    FILE *f = fopen(out.c_str(), "w");
-    if (f) {
-        fprintf(f, "%.9f %.9f %llu %llu %d\n", t_exit, t_counted, static_cast<unsigned long long>(steps),
-                static_cast<unsigned long long>(objects), status);
-        fclose(f);
-    }
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    s.t_counted = now_mono();
+    write_stamp(out, s);
+    if (WIFEXITED(s.status)) return WEXITSTATUS(s.status);
+    return 128 + (WIFSIGNALED(s.status) ? WTERMSIG(s.status) : 0);
 }
 
 // ---- the generated source tree -----------------------------------------------------------
@@ -750,13 +770,7 @@ void Bench::files_pair(Cfg c, int rep, int order, uint64_t size, Tracer *tr) {
         const char *data = overwrite ? buf_b.get() : buf_a.get();
         quiesce();
         if (tr && timed && c != X) tr->start(fmt::format("{}.{}", wl, kCfgName[c]));
-        Sample s;
-        s.workload = wl;
-        s.cfg = c;
-        s.rep = rep;
-        s.order = order;
-        s.files = n;
-        s.bytes = n * size;
+        Sample s{.workload = wl, .cfg = c, .rep = rep, .order = order, .files = n, .bytes = n * size};
         double cpu0 = read_cpu(opt.daemon);
         double t0 = now_mono();
         txnfs_id_t id = c == T ? begin_thread_txn() : 0;
@@ -814,13 +828,7 @@ void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
         argv.push_back(a);
     quiesce();
     if (tr && c != X) tr->start(fmt::format("tar.{}", kCfgName[c]));
-    Sample s;
-    s.workload = "tar";
-    s.cfg = c;
-    s.rep = rep;
-    s.order = order;
-    s.files = tree.files;
-    s.bytes = tree.bytes;
+    Sample s{.workload = "tar", .cfg = c, .rep = rep, .order = order, .files = tree.files, .bytes = tree.bytes};
     double cpu0 = read_cpu(opt.daemon);
     double t0 = now_mono();
     int st = run_wait(argv, "", errf);
@@ -829,19 +837,13 @@ void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
     if (tr && c != X) traces.push_back(tr->stop("tar", c, tree.files));
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         fail(fmt::format("tar on {} failed ({}):\n{}", kCfgName[c], describe_status(st), last_lines(read_file(errf), 8)));
-    double t_exit = 0, t_counted = 0;
-    int tar_status = -1;
-    unsigned long long steps = 0, objs = 0;
-    FILE *f = fopen(stampf.c_str(), "r");
-    if (!f || fscanf(f, "%lf %lf %llu %llu %d", &t_exit, &t_counted, &steps, &objs, &tar_status) != 5)
-        fail("no timestamp from the stamp wrapper in " + stampf);
-    fclose(f);
-    double counting = t_counted - t_exit;
+    const Stamp stamp = read_stamp(stampf);
+    double counting = stamp.t_counted - stamp.t_exit;
     s.secs = (t_end - t0) - counting;
     if (c == T) {
-        s.commit = t_end - t_counted;
-        s.undo_steps = steps;
-        s.undo_objects = objs;
+        s.commit = t_end - stamp.t_counted;
+        s.undo_steps = stamp.steps;
+        s.undo_objects = stamp.objects;
         std::string err = read_file(errf);
         auto p = err.find(" committed (");
         if (p != std::string::npos) s.txn_ops = std::strtoull(err.c_str() + p + 12, nullptr, 10);
@@ -868,13 +870,7 @@ void Bench::tar_abort(int rep, Tracer *tr) {
                                      stampf,    backups, "--",    "tar",      "-xf", opt.tarball, "-C", wd};
     quiesce();
     if (tr) tr->start("abort.T");
-    Sample s;
-    s.workload = "abort";
-    s.cfg = T;
-    s.rep = rep;
-    s.order = 0;
-    s.files = tree.files;
-    s.bytes = tree.bytes;
+    Sample s{.workload = "abort", .cfg = T, .rep = rep, .order = 0, .files = tree.files, .bytes = tree.bytes};
     double cpu0 = read_cpu(opt.daemon);
     double t0 = now_mono();
     int st = run_wait(argv, "", errf);
@@ -883,18 +879,12 @@ void Bench::tar_abort(int rep, Tracer *tr) {
     if (tr) traces.push_back(tr->stop("abort", T, tree.files));
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         fail(fmt::format("txnfs run --abort tar failed ({}):\n{}", describe_status(st), last_lines(read_file(errf), 8)));
-    double t_exit = 0, t_counted = 0;
-    int tar_status = -1;
-    unsigned long long steps = 0, objs = 0;
-    FILE *f = fopen(stampf.c_str(), "r");
-    if (!f || fscanf(f, "%lf %lf %llu %llu %d", &t_exit, &t_counted, &steps, &objs, &tar_status) != 5)
-        fail("no timestamp from the stamp wrapper in " + stampf);
-    fclose(f);
-    s.extract = t_exit - t0;
-    s.abort = t_end - t_counted;
+    const Stamp stamp = read_stamp(stampf);
+    s.extract = stamp.t_exit - t0;
+    s.abort = t_end - stamp.t_counted;
     s.secs = s.extract + s.abort;
-    s.undo_steps = steps;
-    s.undo_objects = objs;
+    s.undo_steps = stamp.steps;
+    s.undo_objects = stamp.objects;
     std::string err = read_file(errf);
     auto p = err.find("): ");
     if (p != std::string::npos) s.txn_ops = std::strtoull(err.c_str() + p + 3, nullptr, 10);
