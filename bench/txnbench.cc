@@ -125,9 +125,8 @@ struct Rng {
 
 // ---- child processes -------------------------------------------------------------------
 
-// Runs ARGV (PATH lookup) with stdout/stderr to files ("" = inherit); returns the wait status.
-int run_wait(const std::vector<std::string> &argv, const std::string &out = "", const std::string &err = "",
-             pid_t *pid_out = nullptr) {
+// Starts ARGV (PATH lookup) with stdout/stderr to files ("" = inherit); returns its pid.
+pid_t spawn(const std::vector<std::string> &argv, const std::string &out, const std::string &err) {
     std::vector<char *> a;
     for (auto &s : argv) a.push_back(const_cast<char *>(s.c_str()));
     a.push_back(nullptr);
@@ -142,12 +141,25 @@ int run_wait(const std::vector<std::string> &argv, const std::string &out = "", 
         errno = rc;
         sys_fail("cannot run", argv[0]);
     }
-    if (pid_out) *pid_out = pid;
+    return pid;
+}
+
+// Runs ARGV as spawn() starts it; returns its wait status.
+int run_wait(const std::vector<std::string> &argv, const std::string &out = "", const std::string &err = "") {
+    pid_t pid = spawn(argv, out, err);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0) {
         if (errno != EINTR) sys_fail("waitpid", argv[0]);
     }
     return status;
+}
+
+// Sends SIGINT to the child PID (a tracer: it writes its results then) and waits until it has exited.
+void interrupt_child(pid_t pid) {
+    kill(pid, SIGINT);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
 }
 
 std::string describe_status(int st) {
@@ -633,12 +645,7 @@ struct Tracer {
     std::string out;
 
     ~Tracer() {  // interrupted or failed mid-sample: do not leave the tracer running
-        if (pid > 0) {
-            kill(pid, SIGINT);
-            int st = 0;
-            while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-            }
-        }
+        if (pid > 0) interrupt_child(pid);
     }
 
     bool traced_now() const {
@@ -665,19 +672,7 @@ struct Tracer {
         else
             argv = {"perf", "record", "-q", "-F", "999", "-e", "cpu-clock", "--call-graph", "dwarf,8192",
                     "-o", out, "-p", std::to_string(daemon)};
-        std::vector<char *> a;
-        for (auto &s : argv) a.push_back(const_cast<char *>(s.c_str()));
-        a.push_back(nullptr);
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        std::string log = out + ".log";
-        posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int rc = posix_spawnp(&pid, a[0], &fa, nullptr, a.data(), environ);
-        posix_spawn_file_actions_destroy(&fa);
-        if (rc != 0) {
-            errno = rc;
-            sys_fail("cannot run", argv[0]);
-        }
+        pid = spawn(argv, "", out + ".log");
         if (kind == "strace") {
             double t0 = now_mono();
             while (!traced_now() && now_mono() - t0 < 10) usleep(20000);
@@ -691,10 +686,7 @@ struct Tracer {
         r.cfg = cfg;
         r.files = files;
         if (pid <= 0) return r;
-        kill(pid, SIGINT);
-        int st = 0;
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-        }
+        interrupt_child(pid);
         pid = 0;
         if (kind == "strace") {
             // "% time  seconds  usecs/call  calls  [errors]  syscall"
