@@ -23,31 +23,21 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <optional>
 #include <set>
-#include <stdexcept>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "lib/buffer.h"
@@ -62,10 +52,6 @@
 namespace {
 
 using namespace bench;
-
-namespace fsys = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
 
 struct Dir {
     std::string label;
@@ -120,8 +106,6 @@ struct Options {
 
 constexpr size_t kSmall = 4096;
 constexpr size_t kIoSize = 1 << 20;
-
-
 
 // A directory fd, or AT_FDCWD with a path prefix (for --full-paths).
 struct Base {

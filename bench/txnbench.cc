@@ -29,7 +29,6 @@
 #include <cctype>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
@@ -55,8 +54,6 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,12 +75,9 @@ using namespace bench;
 
 namespace fsys = std::filesystem;
 
-// ---- small helpers (same conventions as fsbench.cc) ---------------------------------
-
+// ---- small helpers of this program (the shared ones are in bench/lib) ---------------
 
 [[noreturn]] void fail(const std::string &msg) { throw std::runtime_error(msg); }
-
-
 
 std::string human_bytes(uint64_t b) {
     if (b >= (uint64_t(1) << 30) && b % (uint64_t(1) << 30) == 0) return fmt::format("{}G", b >> 30);
