@@ -10,6 +10,7 @@
 namespace bench {
 
 struct FreeDeleter {
+  // Frees what aligned_buffer() allocated.
   void operator()(char *p) const { std::free(p); }
 };
 using AlignedBuffer = std::unique_ptr<char, FreeDeleter>;

@@ -3,6 +3,7 @@
 // the run. Invariant: every directory this object made and has not removed is listed.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bench {
