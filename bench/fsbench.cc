@@ -23,42 +23,35 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <optional>
 #include <set>
-#include <stdexcept>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
-#include "bench_util.h"
+#include "lib/buffer.h"
+#include "lib/clock.h"
+#include "lib/errors.h"
+#include "lib/files.h"
+#include "lib/interrupt.h"
+#include "lib/output.h"
+#include "lib/stats.h"
+#include "lib/workdirs.h"
 
 namespace {
 
 using namespace bench;
-
-namespace fsys = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
 
 struct Dir {
     std::string label;
@@ -114,38 +107,6 @@ struct Options {
 constexpr size_t kSmall = 4096;
 constexpr size_t kIoSize = 1 << 20;
 
-
-
-// Directories created by this run; removed on exit, also on failure or interrupt.
-std::vector<std::string> g_created;
-
-void cleanup_created() {
-    for (auto it = g_created.rbegin(); it != g_created.rend(); ++it) {
-        std::error_code ec;
-        fsys::remove_all(*it, ec);
-        if (ec) fmt::print(stderr, "fsbench: warning: cleanup of {} failed: {}\n", *it, ec.message());
-    }
-    g_created.clear();
-}
-
-void forget_created(const std::string &p) {
-    std::erase(g_created, p);
-}
-
-std::string make_workdir(const Dir &d, const std::string &tag) {
-    std::string p = fmt::format("{}/fsbench.{}.{}", d.path, getpid(), tag);
-    if (mkdir(p.c_str(), 0755) != 0) sys_fail("mkdir", p);
-    g_created.push_back(p);
-    return p;
-}
-
-void remove_workdir(const std::string &p) {
-    std::error_code ec;
-    fsys::remove_all(p, ec);
-    if (ec) throw std::system_error(ec, "remove_all " + p);
-    forget_created(p);
-}
-
 // A directory fd, or AT_FDCWD with a path prefix (for --full-paths).
 struct Base {
     int fd = AT_FDCWD;
@@ -170,36 +131,20 @@ std::unique_ptr<Base> open_base(const std::string &dir, bool full_paths) {
 struct Bench {
     Options opt;
     std::vector<Dir> dirs;
+    WorkDirs &workdirs;  // main() removes what is left of them, also on failure or interrupt
     std::vector<std::string> names;  // file names f000000...
     std::set<std::string> want;      // steps to run
-    char *small_buf = nullptr;
-    char *big_buf = nullptr;
+    AlignedBuffer small_buf = aligned_buffer(kSmall);  // what step a writes and d checks
+    AlignedBuffer big_buf = aligned_buffer(kIoSize);   // what step f writes, g reads into
     std::vector<Sample> samples;
     std::unique_ptr<std::ofstream> csv;
-    std::string run_id;
+    std::string run_id = make_run_id();
 
-    Bench(Options o, std::vector<Dir> d) : opt(std::move(o)), dirs(std::move(d)) {
+    Bench(Options o, std::vector<Dir> d, WorkDirs &w) : opt(std::move(o)), dirs(std::move(d)), workdirs(w) {
         for (uint64_t i = 0; i < opt.files; ++i) names.push_back(fmt::format("f{:07}", i));
-        small_buf = static_cast<char *>(std::aligned_alloc(4096, kSmall));
-        big_buf = static_cast<char *>(std::aligned_alloc(4096, kIoSize));
-        if (!small_buf || !big_buf) throw std::bad_alloc();
-        // Non-zero, non-repeating data so that nothing can take a shortcut on zeroes.
-        uint64_t x = 0x9E3779B97F4A7C15ull;
-        auto fill = [&x](char *p, size_t n) {
-            for (size_t i = 0; i + 8 <= n; i += 8) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                std::memcpy(p + i, &x, 8);
-            }
-        };
-        fill(small_buf, kSmall);
-        fill(big_buf, kIoSize);
-        run_id = fmt::format("{}-{}", static_cast<long long>(time(nullptr)), getpid());
-    }
-    ~Bench() {
-        std::free(small_buf);
-        std::free(big_buf);
+        Pattern pattern(0x9E3779B97F4A7C15ull);  // one stream: big_buf goes on where small_buf ends
+        pattern.fill(small_buf.get(), kSmall);
+        pattern.fill(big_buf.get(), kIoSize);
     }
 
     void record(const std::string &step, size_t di, int rep, int order, double t0, double t1,
@@ -215,6 +160,11 @@ struct Bench {
                                 opt.big_mib);
             csv->flush();
         }
+    }
+
+    // A fresh work directory in D for one group of steps: D/fsbench.<pid>.<tag>.
+    std::string make_workdir(const Dir &d, const std::string &tag) {
+        return workdirs.make(fmt::format("{}/fsbench.{}.{}", d.path, getpid(), tag));
     }
 
     void maybe_sync() {
@@ -237,7 +187,7 @@ struct Bench {
                 std::string nm = base->name(names[i]);
                 int fd = openat(base->fd, nm.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
                 if (fd < 0) sys_fail("create", wd + "/" + names[i]);
-                ssize_t w = write(fd, small_buf, kSmall);
+                ssize_t w = write(fd, small_buf.get(), kSmall);
                 if (w != static_cast<ssize_t>(kSmall)) {
                     if (w >= 0) errno = EIO;
                     sys_fail("write", wd + "/" + names[i]);
@@ -276,9 +226,7 @@ struct Bench {
             errno = 0;
             while (struct dirent *de = readdir(dp)) {
                 check_interrupt();
-                if (de->d_name[0] == '.' &&
-                    (de->d_name[1] == 0 || (de->d_name[1] == '.' && de->d_name[2] == 0)))
-                    continue;
+                if (is_dot_or_dotdot(de->d_name)) continue;
                 ++entries;
                 if (with_stat) {
                     struct stat st {};
@@ -320,7 +268,7 @@ struct Bench {
                     got += static_cast<size_t>(r);
                     if (got == sizeof tmp) break;
                 }
-                if (got != kSmall || std::memcmp(tmp, small_buf, kSmall) != 0) {
+                if (got != kSmall || std::memcmp(tmp, small_buf.get(), kSmall) != 0) {
                     errno = EIO;
                     sys_fail(fmt::format("read: wrong content ({} bytes) in", got), wd + "/" + names[i]);
                 }
@@ -341,7 +289,7 @@ struct Bench {
             if (want.count("e")) record("e", di, rep, order, t0, t1, n, 0);
         }
         base.reset();
-        remove_workdir(wd);
+        workdirs.remove(wd);
         maybe_sync();
     }
 
@@ -360,15 +308,7 @@ struct Bench {
             while (done < total) {
                 check_interrupt();
                 size_t chunk = static_cast<size_t>(std::min<uint64_t>(kIoSize, total - done));
-                size_t off = 0;
-                while (off < chunk) {
-                    ssize_t w = write(fd, big_buf + off, chunk - off);
-                    if (w < 0) {
-                        if (errno == EINTR) continue;
-                        sys_fail("write", path);
-                    }
-                    off += static_cast<size_t>(w);
-                }
+                write_all(fd, big_buf.get(), chunk, 0, false, path);
                 done += chunk;
             }
             if (fsync(fd) != 0) sys_fail("fsync", path);
@@ -383,7 +323,7 @@ struct Bench {
             uint64_t done = 0;
             for (;;) {
                 check_interrupt();
-                ssize_t r = read(fd, big_buf, kIoSize);
+                ssize_t r = read(fd, big_buf.get(), kIoSize);
                 if (r < 0) {
                     if (errno == EINTR) continue;
                     sys_fail("read", path);
@@ -399,7 +339,7 @@ struct Bench {
             }
             record("g", di, rep, order, t0, t1, opt.big_mib, total);
         }
-        remove_workdir(wd);
+        workdirs.remove(wd);
         maybe_sync();
     }
 
@@ -409,10 +349,7 @@ struct Bench {
             if (want.count(s.id)) (s.kind == Kind::meta ? any_meta : any_io) = true;
         const size_t nd = dirs.size();
         for (int rep = 0; rep < opt.reps; ++rep) {
-            // Alternate the order of the directories in every repetition so that
-            // neither side is always first (warm-up, writeback of the other side).
-            std::vector<size_t> order(nd);
-            for (size_t i = 0; i < nd; ++i) order[i] = (rep % 2 == 0) ? i : nd - 1 - i;
+            const std::vector<size_t> order = rep_order(nd, rep);
             if (any_meta)
                 for (size_t k = 0; k < nd; ++k) {
                     fmt::print(stderr, "fsbench: rep {}/{} metadata steps on {}\n", rep + 1,
@@ -426,13 +363,6 @@ struct Bench {
                     io_group(order[k], rep, static_cast<int>(k));
                 }
         }
-    }
-
-    static double median(std::vector<double> v) {
-        if (v.empty()) return 0;
-        std::sort(v.begin(), v.end());
-        size_t m = v.size() / 2;
-        return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
     }
 
     void report() const {
@@ -477,13 +407,13 @@ struct Bench {
         for (size_t i = 1; i < nd; ++i) h += fmt::format(" {:>{}}", dirs[i].label + "/" + dirs[0].label, wrat[i]);
         h += fmt::format(" {:>7}", "spread");
         if (targets) h += fmt::format("  {:>6} {}", "target", dirs[*target_dir].label);
-        fmt::print("{}\n{}\n", h, std::string(h.size(), '-'));
+        print_table_header(h);
 
         bool all_ok = true;
         for (const auto &s : kSteps) {
             if (!want.count(s.id)) continue;
             std::vector<double> med(nd);
-            double spread = 0;
+            double worst_spread = 0;
             uint64_t ops = 0;
             for (size_t i = 0; i < nd; ++i) {
                 std::vector<double> v;
@@ -493,10 +423,7 @@ struct Bench {
                         ops = x.ops;
                     }
                 med[i] = median(v);
-                if (!v.empty() && med[i] > 0) {
-                    auto [mn, mx] = std::minmax_element(v.begin(), v.end());
-                    spread = std::max(spread, (*mx - *mn) / med[i]);
-                }
+                worst_spread = std::max(worst_spread, spread(v));
             }
             std::string ops_s = s.kind == Kind::io ? fmt::format("{}M", ops) : fmt::format("{}", ops);
             std::string line = fmt::format("{:<26} {:>7}", s.title, ops_s);
@@ -505,7 +432,7 @@ struct Bench {
                 if (med[0] > 0) line += fmt::format(" {:>{}.2f}x", med[i] / med[0], wrat[i] - 1);
                 else line += fmt::format(" {:>{}}", "-", wrat[i]);
             }
-            line += fmt::format(" {:>6.0f}%", spread * 100);
+            line += fmt::format(" {:>6.0f}%", worst_spread * 100);
             if (targets) {
                 double tgt = s.kind == Kind::meta ? opt.target_meta : opt.target_io;
                 if (tgt > 0 && med[0] > 0) {
@@ -598,7 +525,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         d.fstype = fs_type_name(d.path);
-        d.kdev = (static_cast<uint64_t>(major(st.st_dev)) << 20) | minor(st.st_dev);
+        d.kdev = kernel_dev(st.st_dev);
         dirs.push_back(d);
     }
     if (dirs.size() < 2)
@@ -628,33 +555,18 @@ int main(int argc, char **argv) {
         }
     }
 
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGHUP, &sa, nullptr);
+    install_interrupt_handlers();
 
-    int rc = 0;
-    try {
-        Bench b(opt, dirs);
+    WorkDirs workdirs("fsbench");
+    int rc = exit_status_of("txnfs-fsbench", "interrupted, cleaning up", [&] {
+        Bench b(opt, dirs, workdirs);
         b.want = want;
-        if (!opt.csv.empty()) {
-            bool fresh = !fsys::exists(opt.csv) || fsys::file_size(opt.csv) == 0;
-            b.csv = std::make_unique<std::ofstream>(opt.csv, std::ios::app);
-            if (!*b.csv) throw std::runtime_error("cannot open --csv file " + opt.csv);
-            if (fresh)
-                *b.csv << "run_id,unix_time,label,path,rep,order,step,seconds,ops,bytes,files,big_mib\n";
-        }
+        if (!opt.csv.empty())
+            b.csv = open_csv(opt.csv, "run_id,unix_time,label,path,rep,order,step,seconds,ops,bytes,files,big_mib");
         b.run();
         b.report();
-    } catch (const Interrupted &) {
-        fmt::print(stderr, "txnfs-fsbench: interrupted, cleaning up\n");
-        rc = 130;
-    } catch (const std::exception &e) {
-        fmt::print(stderr, "txnfs-fsbench: error: {}\n", e.what());
-        rc = 1;
-    }
-    cleanup_created();
+        return 0;
+    });
+    workdirs.remove_left();
     return rc;
 }

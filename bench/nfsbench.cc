@@ -35,7 +35,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "bench_util.h"
+#include "lib/clock.h"
+#include "lib/interrupt.h"
 #include "nfs_client.h"
 
 namespace {

@@ -29,7 +29,6 @@
 #include <cctype>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
@@ -55,16 +54,20 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "lib/buffer.h"
+#include "lib/clock.h"
+#include "lib/errors.h"
+#include "lib/files.h"
+#include "lib/interrupt.h"
+#include "lib/output.h"
+#include "lib/stats.h"
+#include "lib/workdirs.h"
 #include "txnfs.h"
 
 extern char **environ;
-
-#include "bench_util.h"
 
 namespace {
 
@@ -72,19 +75,9 @@ using namespace bench;
 
 namespace fsys = std::filesystem;
 
-// ---- small helpers (same conventions as fsbench.cc) ---------------------------------
-
+// ---- small helpers of this program (the shared ones are in bench/lib) ---------------
 
 [[noreturn]] void fail(const std::string &msg) { throw std::runtime_error(msg); }
-
-
-
-double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    size_t m = v.size() / 2;
-    return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
 
 std::string human_bytes(uint64_t b) {
     if (b >= (uint64_t(1) << 30) && b % (uint64_t(1) << 30) == 0) return fmt::format("{}G", b >> 30);
@@ -103,30 +96,6 @@ uint64_t parse_size(const std::string &s) {
     if (suf == "M" || suf == "MiB") return v << 20;
     if (suf == "G" || suf == "GiB") return v << 30;
     fail("bad size '" + s + "' (use e.g. 1K, 64K, 1M)");
-}
-
-void write_all(int fd, const char *p, size_t n, uint64_t off, bool positional, const std::string &what) {
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = positional ? pwrite(fd, p + done, n - done, static_cast<off_t>(off + done))
-                               : write(fd, p + done, n - done);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            sys_fail("write", what);
-        }
-        done += static_cast<size_t>(w);
-    }
-}
-
-// Non-zero, non-repeating data so that nothing can take a shortcut on zeroes.
-void fill_random(char *p, size_t n, uint64_t seed) {
-    uint64_t x = seed | 1;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        std::memcpy(p + i, &x, 8);
-    }
 }
 
 // splitmix64: a deterministic generator whose output does not depend on the C++ library
@@ -150,9 +119,8 @@ struct Rng {
 
 // ---- child processes -------------------------------------------------------------------
 
-// Runs ARGV (PATH lookup) with stdout/stderr to files ("" = inherit); returns the wait status.
-int run_wait(const std::vector<std::string> &argv, const std::string &out = "", const std::string &err = "",
-             pid_t *pid_out = nullptr) {
+// Starts ARGV (PATH lookup) with stdout/stderr to files ("" = inherit); returns its pid.
+pid_t spawn(const std::vector<std::string> &argv, const std::string &out, const std::string &err) {
     std::vector<char *> a;
     for (auto &s : argv) a.push_back(const_cast<char *>(s.c_str()));
     a.push_back(nullptr);
@@ -167,12 +135,25 @@ int run_wait(const std::vector<std::string> &argv, const std::string &out = "", 
         errno = rc;
         sys_fail("cannot run", argv[0]);
     }
-    if (pid_out) *pid_out = pid;
+    return pid;
+}
+
+// Runs ARGV as spawn() starts it; returns its wait status.
+int run_wait(const std::vector<std::string> &argv, const std::string &out = "", const std::string &err = "") {
+    pid_t pid = spawn(argv, out, err);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0) {
         if (errno != EINTR) sys_fail("waitpid", argv[0]);
     }
     return status;
+}
+
+// Sends SIGINT to the child PID (a tracer: it writes its results then) and waits until it has exited.
+void interrupt_child(pid_t pid) {
+    kill(pid, SIGINT);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
 }
 
 std::string describe_status(int st) {
@@ -203,7 +184,7 @@ std::pair<uint64_t, uint64_t> count_log(const std::string &dir) {
     DIR *d = opendir(dir.c_str());
     if (!d) return {0, 0};
     while (dirent *e = readdir(d)) {
-        if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0))) continue;
+        if (is_dot_or_dotdot(e->d_name)) continue;
         if (e->d_type == DT_LNK) ++links;
         else ++other;
     }
@@ -228,6 +209,32 @@ std::string only_log_dir(const std::string &backups) {
 
 // ---- stamp: the wrapper that timestamps the exit of tar --------------------------------
 
+// What the wrapper writes to its OUT file, one line: "T_EXIT T_COUNTED STEPS OBJECTS STATUS".
+struct Stamp {
+    double t_exit = 0;     // CLOCK_MONOTONIC when the command exited
+    double t_counted = 0;  // ... and when the undo log was counted (a window left out of every result)
+    unsigned long long steps = 0, objects = 0;  // the undo log: symlinks (undo steps), other entries
+    int status = 0;                             // the command's wait status
+};
+
+// Writes S to PATH; nothing when PATH cannot be opened (read_stamp() then fails).
+void write_stamp(const std::string &path, const Stamp &s) {
+    FILE *f = fopen(path.c_str(), "w");
+    if (!f) return;
+    fprintf(f, "%.9f %.9f %llu %llu %d\n", s.t_exit, s.t_counted, s.steps, s.objects, s.status);
+    fclose(f);
+}
+
+// The Stamp the wrapper wrote to PATH; throws when there is none.
+Stamp read_stamp(const std::string &path) {
+    Stamp s;
+    FILE *f = fopen(path.c_str(), "r");
+    const bool ok = f && fscanf(f, "%lf %lf %llu %llu %d", &s.t_exit, &s.t_counted, &s.steps, &s.objects, &s.status) == 5;
+    if (f) fclose(f);
+    if (!ok) fail("no timestamp from the stamp wrapper in " + path);
+    return s;
+}
+
 int stamp_main(int argc, char **argv) {
     // argv: txnfs-txnbench stamp OUT COUNT_DIR -- CMD ARGS...
     if (argc < 6 || std::string(argv[4]) != "--") {
@@ -245,26 +252,20 @@ int stamp_main(int argc, char **argv) {
         perror("txnfs-txnbench stamp: exec");
         _exit(127);
     }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    Stamp s;
+    while (waitpid(pid, &s.status, 0) < 0 && errno == EINTR) {
     }
-    double t_exit = now_mono();
+    s.t_exit = now_mono();
     // Optionally count the undo log of the (one) open transaction before txnfs run
     // ends it; the time this takes is written too, and left out of every result.
-    uint64_t steps = 0, objects = 0;
     if (count_dir != "-") {
         std::string log = only_log_dir(count_dir);
-        if (!log.empty()) std::tie(steps, objects) = count_log(log);
+        if (!log.empty()) std::tie(s.steps, s.objects) = count_log(log);
     }
-    double t_counted = now_mono();
-    FILE *f = fopen(out.c_str(), "w");
-    if (f) {
-        fprintf(f, "%.9f %.9f %llu %llu %d\n", t_exit, t_counted, static_cast<unsigned long long>(steps),
-                static_cast<unsigned long long>(objects), status);
-        fclose(f);
-    }
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    s.t_counted = now_mono();
+    write_stamp(out, s);
+    if (WIFEXITED(s.status)) return WEXITSTATUS(s.status);
+    return 128 + (WIFSIGNALED(s.status) ? WTERMSIG(s.status) : 0);
 }
 
 // ---- the generated source tree -----------------------------------------------------------
@@ -490,15 +491,14 @@ struct Bench {
     std::vector<uint64_t> sizes;
     std::set<std::string> want;
     std::vector<Cfg> cfgs;
-    char *buf_a = nullptr, *buf_b = nullptr;
-    uint64_t buf_len = 0;
+    AlignedBuffer buf_a, buf_b;  // what write and overwrite write (rss: overwrites and new files)
     std::vector<Sample> samples;
     std::unique_ptr<std::ofstream> csv;
     std::string run_id;
     TreeStats tree;
     uint64_t tar_bytes = 0;
     uint64_t start_rss_kib = 0, start_threads = 0;
-    std::vector<std::string> created;  // work directories to remove on exit
+    WorkDirs workdirs{"txnbench"};  // cleanup() removes what is left of them
     std::optional<txnfs_id_t> open_txn;
     std::vector<TraceResult> traces;
     uint64_t mount_kdev = 0;  // the mount's st_dev as the kernel prints it (FUSE connection id)
@@ -516,18 +516,9 @@ struct Bench {
 
     std::string dir_of(Cfg c) const { return c == X ? opt.xfs_dir : opt.mount; }
 
+    // A fresh work directory for one sample on C: <dir of C>/txnbench.<pid>.<C>.<tag>.
     std::string make_dir(Cfg c, const std::string &tag) {
-        std::string p = fmt::format("{}/txnbench.{}.{}.{}", dir_of(c), getpid(), kCfgName[c], tag);
-        if (mkdir(p.c_str(), 0755) != 0) sys_fail("mkdir", p);
-        created.push_back(p);
-        return p;
-    }
-
-    void remove_dir(const std::string &p) {
-        std::error_code ec;
-        fsys::remove_all(p, ec);
-        if (ec) throw std::system_error(ec, "remove_all " + p);
-        std::erase(created, p);
+        return workdirs.make(fmt::format("{}/txnbench.{}.{}.{}", dir_of(c), getpid(), kCfgName[c], tag));
     }
 
     void cleanup() {
@@ -536,12 +527,7 @@ struct Bench {
             if (rc < 0) fmt::print(stderr, "txnbench: warning: abort of transaction {}: {}\n", *open_txn, strerror(-rc));
             open_txn.reset();
         }
-        for (auto it = created.rbegin(); it != created.rend(); ++it) {
-            std::error_code ec;
-            fsys::remove_all(*it, ec);
-            if (ec) fmt::print(stderr, "txnbench: warning: cleanup of {} failed: {}\n", *it, ec.message());
-        }
-        created.clear();
+        workdirs.remove_left();
     }
 
     // Equal starting states: everything written so far is on disk (untimed sync), the
@@ -653,12 +639,7 @@ struct Tracer {
     std::string out;
 
     ~Tracer() {  // interrupted or failed mid-sample: do not leave the tracer running
-        if (pid > 0) {
-            kill(pid, SIGINT);
-            int st = 0;
-            while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-            }
-        }
+        if (pid > 0) interrupt_child(pid);
     }
 
     bool traced_now() const {
@@ -685,19 +666,7 @@ struct Tracer {
         else
             argv = {"perf", "record", "-q", "-F", "999", "-e", "cpu-clock", "--call-graph", "dwarf,8192",
                     "-o", out, "-p", std::to_string(daemon)};
-        std::vector<char *> a;
-        for (auto &s : argv) a.push_back(const_cast<char *>(s.c_str()));
-        a.push_back(nullptr);
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        std::string log = out + ".log";
-        posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int rc = posix_spawnp(&pid, a[0], &fa, nullptr, a.data(), environ);
-        posix_spawn_file_actions_destroy(&fa);
-        if (rc != 0) {
-            errno = rc;
-            sys_fail("cannot run", argv[0]);
-        }
+        pid = spawn(argv, "", out + ".log");
         if (kind == "strace") {
             double t0 = now_mono();
             while (!traced_now() && now_mono() - t0 < 10) usleep(20000);
@@ -711,10 +680,7 @@ struct Tracer {
         r.cfg = cfg;
         r.files = files;
         if (pid <= 0) return r;
-        kill(pid, SIGINT);
-        int st = 0;
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-        }
+        interrupt_child(pid);
         pid = 0;
         if (kind == "strace") {
             // "% time  seconds  usecs/call  calls  [errors]  syscall"
@@ -787,16 +753,10 @@ void Bench::files_pair(Cfg c, int rep, int order, uint64_t size, Tracer *tr) {
         const bool overwrite = pass == 1;
         const std::string wl = fmt::format("{}-{}", overwrite ? "overwrite" : "write", human_bytes(size));
         const bool timed = want.count(overwrite ? "overwrite" : "write") > 0;
-        const char *data = overwrite ? buf_b : buf_a;
+        const char *data = overwrite ? buf_b.get() : buf_a.get();
         quiesce();
         if (tr && timed && c != X) tr->start(fmt::format("{}.{}", wl, kCfgName[c]));
-        Sample s;
-        s.workload = wl;
-        s.cfg = c;
-        s.rep = rep;
-        s.order = order;
-        s.files = n;
-        s.bytes = n * size;
+        Sample s{.workload = wl, .cfg = c, .rep = rep, .order = order, .files = n, .bytes = n * size};
         double cpu0 = read_cpu(opt.daemon);
         double t0 = now_mono();
         txnfs_id_t id = c == T ? begin_thread_txn() : 0;
@@ -840,7 +800,7 @@ void Bench::files_pair(Cfg c, int rep, int order, uint64_t size, Tracer *tr) {
         if (!want.count("overwrite")) break;
     }
     close(dfd);
-    remove_dir(wd);
+    workdirs.remove(wd);
 }
 
 void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
@@ -854,13 +814,7 @@ void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
         argv.push_back(a);
     quiesce();
     if (tr && c != X) tr->start(fmt::format("tar.{}", kCfgName[c]));
-    Sample s;
-    s.workload = "tar";
-    s.cfg = c;
-    s.rep = rep;
-    s.order = order;
-    s.files = tree.files;
-    s.bytes = tree.bytes;
+    Sample s{.workload = "tar", .cfg = c, .rep = rep, .order = order, .files = tree.files, .bytes = tree.bytes};
     double cpu0 = read_cpu(opt.daemon);
     double t0 = now_mono();
     int st = run_wait(argv, "", errf);
@@ -869,19 +823,13 @@ void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
     if (tr && c != X) traces.push_back(tr->stop("tar", c, tree.files));
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         fail(fmt::format("tar on {} failed ({}):\n{}", kCfgName[c], describe_status(st), last_lines(read_file(errf), 8)));
-    double t_exit = 0, t_counted = 0;
-    int tar_status = -1;
-    unsigned long long steps = 0, objs = 0;
-    FILE *f = fopen(stampf.c_str(), "r");
-    if (!f || fscanf(f, "%lf %lf %llu %llu %d", &t_exit, &t_counted, &steps, &objs, &tar_status) != 5)
-        fail("no timestamp from the stamp wrapper in " + stampf);
-    fclose(f);
-    double counting = t_counted - t_exit;
+    const Stamp stamp = read_stamp(stampf);
+    double counting = stamp.t_counted - stamp.t_exit;
     s.secs = (t_end - t0) - counting;
     if (c == T) {
-        s.commit = t_end - t_counted;
-        s.undo_steps = steps;
-        s.undo_objects = objs;
+        s.commit = t_end - stamp.t_counted;
+        s.undo_steps = stamp.steps;
+        s.undo_objects = stamp.objects;
         std::string err = read_file(errf);
         auto p = err.find(" committed (");
         if (p != std::string::npos) s.txn_ops = std::strtoull(err.c_str() + p + 12, nullptr, 10);
@@ -897,7 +845,7 @@ void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
         fail(fmt::format("tar on {}: {} files and {} directories extracted, want {} and {}", kCfgName[c], nf, nd,
                          tree.files, tree.dirs));
     record(s);
-    remove_dir(wd);
+    workdirs.remove(wd);
 }
 
 void Bench::tar_abort(int rep, Tracer *tr) {
@@ -908,13 +856,7 @@ void Bench::tar_abort(int rep, Tracer *tr) {
                                      stampf,    backups, "--",    "tar",      "-xf", opt.tarball, "-C", wd};
     quiesce();
     if (tr) tr->start("abort.T");
-    Sample s;
-    s.workload = "abort";
-    s.cfg = T;
-    s.rep = rep;
-    s.order = 0;
-    s.files = tree.files;
-    s.bytes = tree.bytes;
+    Sample s{.workload = "abort", .cfg = T, .rep = rep, .order = 0, .files = tree.files, .bytes = tree.bytes};
     double cpu0 = read_cpu(opt.daemon);
     double t0 = now_mono();
     int st = run_wait(argv, "", errf);
@@ -923,18 +865,12 @@ void Bench::tar_abort(int rep, Tracer *tr) {
     if (tr) traces.push_back(tr->stop("abort", T, tree.files));
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         fail(fmt::format("txnfs run --abort tar failed ({}):\n{}", describe_status(st), last_lines(read_file(errf), 8)));
-    double t_exit = 0, t_counted = 0;
-    int tar_status = -1;
-    unsigned long long steps = 0, objs = 0;
-    FILE *f = fopen(stampf.c_str(), "r");
-    if (!f || fscanf(f, "%lf %lf %llu %llu %d", &t_exit, &t_counted, &steps, &objs, &tar_status) != 5)
-        fail("no timestamp from the stamp wrapper in " + stampf);
-    fclose(f);
-    s.extract = t_exit - t0;
-    s.abort = t_end - t_counted;
+    const Stamp stamp = read_stamp(stampf);
+    s.extract = stamp.t_exit - t0;
+    s.abort = t_end - stamp.t_counted;
     s.secs = s.extract + s.abort;
-    s.undo_steps = steps;
-    s.undo_objects = objs;
+    s.undo_steps = stamp.steps;
+    s.undo_objects = stamp.objects;
     std::string err = read_file(errf);
     auto p = err.find("): ");
     if (p != std::string::npos) s.txn_ops = std::strtoull(err.c_str() + p + 3, nullptr, 10);
@@ -944,7 +880,7 @@ void Bench::tar_abort(int rep, Tracer *tr) {
     for ([[maybe_unused]] auto &e : fsys::directory_iterator(wd)) ++left;
     if (left) fail(fmt::format("after txnfs run --abort, {} has {} entries (want none)", wd, left));
     record(s);
-    remove_dir(wd);
+    workdirs.remove(wd);
 }
 
 // Workload 5: one transaction of this thread with --rss-ops daemon operations (the
@@ -968,7 +904,7 @@ void Bench::rss_run() {
         std::string p = path_old(i);
         int fd = open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0) sys_fail("create", p);
-        write_all(fd, buf_a, old_size, 0, false, p);
+        write_all(fd, buf_a.get(), old_size, 0, false, p);
         close(fd);
     }
     quiesce();
@@ -1021,7 +957,7 @@ void Bench::rss_run() {
                 std::string p = path_new(next_new++);
                 int fd = open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
                 if (fd < 0) sys_fail("create", p);
-                write_all(fd, buf_b, 1024, 0, false, p);
+                write_all(fd, buf_b.get(), 1024, 0, false, p);
                 if (fchmod(fd, 0600) != 0) sys_fail("fchmod", p);
                 close(fd);
                 rss.created++;
@@ -1031,7 +967,7 @@ void Bench::rss_run() {
                 std::string p = opt.rss_existing ? path_old(j) : path_new(j % std::max<uint64_t>(next_new, 1));
                 int fd = open(p.c_str(), O_WRONLY | O_CLOEXEC);
                 if (fd < 0) sys_fail("open", p);
-                write_all(fd, buf_b, 1024, blk * 4096, true, p);
+                write_all(fd, buf_b.get(), 1024, blk * 4096, true, p);
                 close(fd);
                 writes++;
                 rss.overwrites++;
@@ -1067,7 +1003,7 @@ void Bench::rss_run() {
         csv->flush();
     }
     quiesce();
-    remove_dir(wd);
+    workdirs.remove(wd);
 }
 
 void Bench::prepare_tarball() {
@@ -1113,10 +1049,8 @@ void Bench::run() {
     bool has_t = std::find(cfgs.begin(), cfgs.end(), T) != cfgs.end();
     if (want.count("tar") || want.count("abort")) prepare_tarball();
     for (int rep = 0; rep < opt.reps; ++rep) {
-        // Alternate the order of the configurations in every repetition so that none is
-        // always first (warm-up, the other side's writeback).
-        std::vector<Cfg> order = cfgs;
-        if (rep % 2) std::reverse(order.begin(), order.end());
+        std::vector<Cfg> order;
+        for (size_t i : rep_order(cfgs.size(), rep)) order.push_back(cfgs[i]);
         std::string order_s;
         for (Cfg c : order) order_s += kCfgName[c];
         if (want.count("write") || want.count("overwrite"))
@@ -1199,17 +1133,13 @@ void Bench::report() const {
             if (s.workload == wl && s.cfg == c) v.push_back(static_cast<double>(s.*field));
         return v.empty() ? 0.0 : median(v);
     };
-    auto spread = [&](const std::string &wl) {
+    auto worst_spread = [&](const std::string &wl) {
         double worst = 0;
         for (Cfg c : cfgs) {
             std::vector<double> v;
             for (auto &s : samples)
                 if (s.workload == wl && s.cfg == c) v.push_back(s.secs);
-            double m = median(v);
-            if (v.size() > 1 && m > 0) {
-                auto [mn, mx] = std::minmax_element(v.begin(), v.end());
-                worst = std::max(worst, (*mx - *mn) / m);
-            }
+            worst = std::max(worst, spread(v));
         }
         return worst;
     };
@@ -1252,7 +1182,7 @@ void Bench::report() const {
     if (has(X) && has(T)) h += fmt::format(" {:>8}", "T/X");
     if (has(X) && has(P)) h += fmt::format(" {:>8}", "P/X");
     h += fmt::format(" {:>7}", "spread");
-    fmt::print("{}\n{}\n", h, std::string(h.size(), '-'));
+    print_table_header(h);
     bool all_ok = true;
     for (auto &wl : wls) {
         uint64_t files = 0;
@@ -1270,7 +1200,7 @@ void Bench::report() const {
         }
         if (has(X) && has(T)) line += fmt::format(" {:>8}", ratio(med(wl, T, &Sample::secs), med(wl, X, &Sample::secs)));
         if (has(X) && has(P)) line += fmt::format(" {:>8}", ratio(med(wl, P, &Sample::secs), med(wl, X, &Sample::secs)));
-        line += fmt::format(" {:>6.0f}%", spread(wl) * 100);
+        line += fmt::format(" {:>6.0f}%", worst_spread(wl) * 100);
         fmt::print("{}\n", line);
     }
 
@@ -1300,7 +1230,7 @@ void Bench::report() const {
     if (has(P)) ch += fmt::format(" {:>8}", "P cpu s");
     if (has(T)) ch += fmt::format(" {:>8} {:>8} {:>8} {:>9}", "T cpu s", "T ops", "undo", "backup");
     if (opt.daemon > 0) ch += fmt::format(" {:>9}", "RSS after");
-    fmt::print("{}\n{}\n", ch, std::string(ch.size(), '-'));
+    print_table_header(ch);
     std::vector<std::string> all = wls;
     if (have_abort) all.push_back("abort");
     for (auto &wl : all) {
@@ -1392,7 +1322,7 @@ int run_main(Options opt) {
     {
         struct stat st {};
         if (stat(opt.mount.c_str(), &st) != 0) sys_fail("stat", opt.mount);
-        b.mount_kdev = (static_cast<uint64_t>(major(st.st_dev)) << 20) | minor(st.st_dev);
+        b.mount_kdev = kernel_dev(st.st_dev);
     }
     {
         char buf[PATH_MAX];
@@ -1409,36 +1339,23 @@ int run_main(Options opt) {
     if (b.xfs_fd < 0) sys_fail("open", opt.xfs_dir);
     uint64_t maxsz = 1024 * 64;
     for (auto s : b.sizes) maxsz = std::max(maxsz, s);
-    b.buf_len = (maxsz + 4095) / 4096 * 4096;
-    b.buf_a = static_cast<char *>(std::aligned_alloc(4096, b.buf_len));
-    b.buf_b = static_cast<char *>(std::aligned_alloc(4096, b.buf_len));
-    if (!b.buf_a || !b.buf_b) throw std::bad_alloc();
-    fill_random(b.buf_a, b.buf_len, 0x9E3779B97F4A7C15ull);
-    fill_random(b.buf_b, b.buf_len, 0xD1B54A32D192ED03ull);
-    b.run_id = fmt::format("{}-{}", static_cast<long long>(time(nullptr)), getpid());
-    if (!opt.csv.empty()) {
-        bool fresh = !fsys::exists(opt.csv) || fsys::file_size(opt.csv) == 0;
-        b.csv = std::make_unique<std::ofstream>(opt.csv, std::ios::app);
-        if (!*b.csv) fail("cannot open --csv file " + opt.csv);
-        if (fresh)
-            *b.csv << "run_id,unix_time,workload,config,rep,order,files,bytes,seconds,commit_seconds,extract_seconds,"
-                      "abort_seconds,sync_after_seconds,daemon_cpu_seconds,txn_ops,undo_steps,undo_objects,"
-                      "backup_bytes,rss_base_kib,rss_peak_kib,rss_hwm_kib,daemon_rss_after_kib\n";
-    }
-    int rc = 0;
-    try {
+    const uint64_t buf_len = (maxsz + 4095) / 4096 * 4096;
+    b.buf_a = aligned_buffer(buf_len);
+    b.buf_b = aligned_buffer(buf_len);
+    Pattern(0x9E3779B97F4A7C15ull).fill(b.buf_a.get(), buf_len);
+    Pattern(0xD1B54A32D192ED03ull).fill(b.buf_b.get(), buf_len);
+    b.run_id = make_run_id();
+    if (!opt.csv.empty())
+        b.csv = open_csv(opt.csv, "run_id,unix_time,workload,config,rep,order,files,bytes,seconds,commit_seconds,"
+                                  "extract_seconds,abort_seconds,sync_after_seconds,daemon_cpu_seconds,txn_ops,"
+                                  "undo_steps,undo_objects,backup_bytes,rss_base_kib,rss_peak_kib,rss_hwm_kib,"
+                                  "daemon_rss_after_kib");
+    int rc = exit_status_of("txnfs-txnbench", "interrupted, cleaning up", [&] {
         b.run();
         b.report();
-    } catch (const Interrupted &) {
-        fmt::print(stderr, "txnfs-txnbench: interrupted, cleaning up\n");
-        rc = 130;
-    } catch (const std::exception &e) {
-        fmt::print(stderr, "txnfs-txnbench: error: {}\n", e.what());
-        rc = 1;
-    }
+        return 0;
+    });
     b.cleanup();
-    std::free(b.buf_a);
-    std::free(b.buf_b);
     close(b.xfs_fd);
     return rc;
 }
@@ -1487,14 +1404,9 @@ int main(int argc, char **argv) {
     gen->add_option("--seed", gspec.seed, "seed")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGHUP, &sa, nullptr);
+    install_interrupt_handlers();
 
-    try {
+    return exit_status_of("txnfs-txnbench", "interrupted", [&] {
         if (*gen) {
             if (fsys::exists(gout)) fail(gout + " exists");
             TreeStats st = gen_tree(gout, gspec);
@@ -1505,11 +1417,5 @@ int main(int argc, char **argv) {
             return 0;
         }
         return run_main(opt);
-    } catch (const Interrupted &) {
-        fmt::print(stderr, "txnfs-txnbench: interrupted\n");
-        return 130;
-    } catch (const std::exception &e) {
-        fmt::print(stderr, "txnfs-txnbench: error: {}\n", e.what());
-        return 1;
-    }
+    });
 }
