@@ -19,7 +19,7 @@
 //    41   TxnManager::clean_mu_        the cleaner's queue of committed logs
 //    50   LockManager::mu_             the lock table (and every LockOwner's held/waiting)
 //    60   InodeTable::mu_              nodeid -> Inode (and Inode::nlookup)
-//    70   CommittedView::mu_          committed state of entries/objects open txns changed
+//    70   CommittedView::mu_           committed state of entries/objects open txns changed
 //    80   StepMirror::mu_              undo steps queued for the undo_records table
 //    90   Invalidator::mu_             kernel-cache invalidations queued for its thread
 //   100   stall::Registry::mu          the watchdog's registry of request threads

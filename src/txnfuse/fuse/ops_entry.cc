@@ -434,18 +434,6 @@ void record_whiteout(Fs &fs, const InodePtr &parent, const char *name) {
   record_handle(fs, *w, id, parent->nodeid, name, true);
 }
 
-// Keeps the recorded name of `nodeid` so that an abort can put it back. Call it
-// before the MetaDb transaction that renames the row, never inside it: Txn::mu ranks
-// above MetaDb's mutex (src/sync/lock_order.h; txn_remove calls MetaDb under Txn::mu).
-// Abort replays row_names newest first, so the first name kept for a row — read before
-// any rename of the transaction changed it — is the one that stays.
-void remember_row_name(Fs &fs, Txn &t, uint64_t nodeid) EXCLUDES(t.mu) {
-  auto row = fs.db->handle(nodeid);
-  if (!row) return;
-  MutexLock g(t.mu);
-  t.row_names.push_back({nodeid, row->parent, row->name});
-}
-
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                const char *newname, unsigned int flags) {
   Op op(req);
@@ -477,9 +465,9 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
       Txn *t = op.txn();
       bool exchanged = (flags & RENAME_EXCHANGE) && dst >= 0 && stat_fd(dst, &dst_st) == 0;
       uint64_t dst_id = exchanged ? fs.nodeid_of(dst_st.st_ino) : 0;
-      if (t) {  // first, outside the MetaDb transaction (see remember_row_name)
-        if (exchanged) remember_row_name(fs, *t, dst_id);
-        remember_row_name(fs, *t, src_id);
+      if (t) {  // first, outside the MetaDb transaction (see save_row_name)
+        if (exchanged) save_row_name(fs, *t, dst_id);
+        save_row_name(fs, *t, src_id);
       }
       fs.db->transaction([&] {
         if (flags & RENAME_EXCHANGE) {

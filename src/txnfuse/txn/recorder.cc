@@ -395,4 +395,11 @@ int txn_link(TxnEnv &env, Txn &t, const Inode &obj, const Inode &newparent, cons
   });
 }
 
+void save_row_name(TxnEnv &env, Txn &t, uint64_t nodeid) {
+  auto row = env.db->handle(nodeid);
+  if (!row) return;
+  MutexLock g(t.mu);
+  t.row_names.push_back({nodeid, row->parent, row->name});
+}
+
 }  // namespace txnfs

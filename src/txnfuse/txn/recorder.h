@@ -38,4 +38,11 @@ int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const
                const char *newname, unsigned flags);
 int txn_link(TxnEnv &env, Txn &t, const Inode &obj, const Inode &newparent, const char *newname);
 
+// Keeps the handle row's name of `nodeid` so that an abort can put it back. Call it
+// before the MetaDb transaction that renames the row, never inside it: Txn::mu ranks
+// above MetaDb's mutex (src/sync/lock_order.h). Abort replays these newest first, so
+// the first name kept for a row (read before any rename of the transaction changed
+// it) is the one that stays.
+void save_row_name(TxnEnv &env, Txn &t, uint64_t nodeid) EXCLUDES(t.mu);
+
 }  // namespace txnfs

@@ -1,7 +1,9 @@
+// Transactions: begin, request accounting, commit and abort (finish), unbinding. The
+// other jobs of TxnManager have files of their own: binding (txn_binding.cc), group
+// commit (group_commit.cc), the background threads (background.cc), status (status.cc).
 #include "txnfuse/txn/txn.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
@@ -10,55 +12,22 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "store/crash_point.h"
 #include "recovery/recover.h"
-#include "txnfuse/txn/txn_env.h"
-#include "sync/stall_watchdog.h"
 #include "recovery/undo/undo_exec.h"
+#include "store/crash_point.h"
+#include "sync/stall_watchdog.h"
+#include "txnfuse/txn/proc.h"
+#include "txnfuse/txn/txn_env.h"
 
 #ifndef PIDFD_THREAD
 #define PIDFD_THREAD O_EXCL
 #endif
 
 namespace txnfs {
-
-namespace {
-
-// Tgid and PPid of a thread or process from /proc; 0 when it is gone.
-std::pair<pid_t, pid_t> tgid_ppid(pid_t tid) {
-  std::ifstream f("/proc/" + std::to_string(tid) + "/status");
-  std::string line;
-  pid_t tgid = 0, ppid = 0;
-  while (std::getline(f, line)) {
-    if (line.rfind("Tgid:", 0) == 0) tgid = pid_t(std::stol(line.substr(5)));
-    else if (line.rfind("PPid:", 0) == 0) ppid = pid_t(std::stol(line.substr(5)));
-  }
-  return {tgid, ppid};
-}
-
-uid_t owner_of_process(pid_t pid) {
-  struct stat st;
-  return ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0 ? st.st_uid : uid_t(-1);
-}
-
-const char *state_name(int s) {
-  switch (s) {
-    case TXNFS_ACTIVE: return "active";
-    case TXNFS_ABORT_ONLY: return "abort-only";
-    case TXNFS_COMMITTING: return "committing";
-    case TXNFS_COMMITTED: return "committed";
-    default: return "aborted";
-  }
-}
-
-}  // namespace
 
 Txn::~Txn() {
   if (pidfd >= 0) ::close(pidfd);
@@ -93,40 +62,6 @@ TxnPtr TxnManager::find(uint64_t id) {
   MutexLock g(mu_);
   auto it = by_id_.find(id);
   return it == by_id_.end() ? nullptr : it->second;
-}
-
-TxnPtr TxnManager::bound(pid_t tid) {
-  if (!any_open() || tid <= 0) return nullptr;
-  {
-    MutexLock g(mu_);
-    if (auto it = by_thread_.find(tid); it != by_thread_.end()) return it->second;
-    if (by_process_.empty()) return nullptr;
-    if (auto it = proc_cache_.find(tid); it != proc_cache_.end() && it->second.first == epoch_)
-      return it->second.second;
-  }
-  return lookup_process(tid);
-}
-
-// Is `tid` in a bound process or one of its descendants? Reads /proc without
-// holding the manager's mutex, then caches the answer for this epoch.
-TxnPtr TxnManager::lookup_process(pid_t tid) {
-  std::vector<pid_t> chain;
-  auto [tgid, ppid] = tgid_ppid(tid);
-  if (tgid) chain.push_back(tgid);
-  for (int depth = 0; ppid > 1 && depth < 64; depth++) {
-    chain.push_back(ppid);
-    ppid = tgid_ppid(ppid).second;
-  }
-  MutexLock g(mu_);
-  TxnPtr t;
-  for (pid_t p : chain)
-    if (auto it = by_process_.find(p); it != by_process_.end()) {
-      t = it->second;
-      break;
-    }
-  if (proc_cache_.size() > 100000) proc_cache_.clear();
-  proc_cache_[tid] = {epoch_, t};
-  return t;
 }
 
 int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, uint64_t *id) {
@@ -257,47 +192,6 @@ int TxnManager::info(uid_t uid, uint64_t id, struct txnfs_info *out) {
   return 0;
 }
 
-// syncfs makes every effect and undo record durable, then the commit records are
-// written and the database synced: a commit record is never durable before the
-// effects it vouches for. Everyone queued when a leader starts shares its syncs.
-int TxnManager::durable_commit(Txn &t) {
-  MutexLock l(gc_mu_);
-  uint64_t ticket = ++gc_requested_;
-  gc_queue_.push_back(&t);
-  while (gc_done_ < ticket) {
-    if (gc_leader_) {
-      gc_cv_.wait(gc_mu_);
-      continue;
-    }
-    gc_leader_ = true;
-    std::vector<Txn *> batch;
-    batch.swap(gc_queue_);
-    uint64_t upto = gc_requested_;
-    l.unlock();
-    int err = ::syncfs(env_.tree_fd) == 0 ? 0 : errno;
-    if (!err) {
-      TXNFS_CRASH_POINT("commit.after_syncfs");
-      try {
-        env_.db->transaction([&] {
-          for (Txn *b : batch) env_.db->set_txn_state(b->id(), "committed");
-        });
-        TXNFS_CRASH_POINT("commit.after_record");
-        env_.db->sync();
-        TXNFS_CRASH_POINT("commit.after_wal_sync");
-      } catch (const std::exception &e) {
-        spdlog::error("writing commit records: {}", e.what());
-        err = EIO;
-      }
-    }
-    l.lock();
-    for (Txn *b : batch) b->commit_error = err;
-    gc_done_ = upto;
-    gc_leader_ = false;
-    gc_cv_.notify_all();
-  }
-  return t.commit_error;
-}
-
 // Ends `t`: makes a commit durable, or rolls back; then releases its locks, drops
 // what the kernel cached about its changes, and unbinds it.
 int TxnManager::finish(TxnPtr t, bool commit) {
@@ -413,104 +307,6 @@ void TxnManager::unbind(Txn &t) {
   open_count_.fetch_sub(1, std::memory_order_acq_rel);
   uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
-}
-
-// Aborts transactions whose owner (thread or process) has exited.
-void TxnManager::reaper_loop() {
-  while (!stopping_) {
-    std::vector<pollfd> fds{{wake_fd_, POLLIN, 0}};
-    std::vector<TxnPtr> owners;
-    {
-      MutexLock g(mu_);
-      for (auto &[id, t] : by_id_) {
-        fds.push_back({t->pidfd, POLLIN, 0});
-        owners.push_back(t);
-      }
-    }
-    if (::poll(fds.data(), fds.size(), 1000) <= 0) continue;
-    if (fds[0].revents) {
-      uint64_t v;
-      [[maybe_unused]] auto n = ::read(wake_fd_, &v, sizeof v);
-    }
-    for (size_t k = 1; k < fds.size(); k++) {
-      if (!fds[k].revents) continue;
-      TxnPtr t = owners[k - 1];
-      if (abort(0, t->id()) == 0) {  // (ENOENT: it had finished already)
-        spdlog::info("owner {} of transaction {} exited; aborted it", t->pid, t->id());
-        owner_exits_++;
-      }
-    }
-  }
-}
-
-// Discards the logs of committed transactions, then (after a syncfs makes the
-// removals durable) deletes their records: a record must never vanish before its log.
-void TxnManager::cleaner_loop() {
-  MutexLock g(clean_mu_);
-  while (true) {
-    while (!stopping_ && to_discard_.empty()) clean_cv_.wait(clean_mu_);
-    if (to_discard_.empty() && stopping_) return;
-    std::deque<uint64_t> batch;
-    batch.swap(to_discard_);
-    g.unlock();
-    UndoContext ctx{env_.tree_fd, env_.backups_fd, {}};
-    std::vector<uint64_t> gone;  // only these lose their commit records
-    for (uint64_t id : batch) {
-      try {
-        discard_log(ctx, id);
-        gone.push_back(id);
-      } catch (const std::exception &e) {
-        // The record stays: without it, recovery would undo a committed transaction.
-        spdlog::error("discarding log of transaction {}: {}", id, e.what());
-      }
-    }
-    TXNFS_CRASH_POINT("cleanup.after_discard");
-    if (::syncfs(env_.tree_fd) == 0) {
-      TXNFS_CRASH_POINT("cleanup.before_delete_rows");
-      try {
-        env_.db->transaction([&] {
-          for (uint64_t id : gone) env_.db->delete_txn(id);
-        });
-      } catch (const std::exception &e) {
-        spdlog::error("deleting transaction records: {}", e.what());
-      }
-    }
-    g.lock();
-  }
-}
-
-std::string TxnManager::status_json() {
-  nlohmann::json txns = nlohmann::json::array();
-  std::vector<TxnPtr> all;
-  {
-    MutexLock g(mu_);
-    for (auto &[id, t] : by_id_) all.push_back(t);
-  }
-  for (auto &t : all) {
-    struct txnfs_info i;
-    if (info(0, t->id(), &i) != 0) continue;
-    auto [held, waiting] = env_.locks.counts(*t);
-    txns.push_back({{"id", i.id},
-                    {"state", state_name(int(i.state))},
-                    {"uid", i.owner_uid},
-                    {"pid", i.pid},
-                    {"flags", i.flags},
-                    {"age_ms", i.age_ms},
-                    {"ops", i.ops},
-                    {"backup_bytes", i.backup_bytes},
-                    {"locks_held", held},
-                    {"locks_waiting", waiting},
-                    {"error", i.error}});
-  }
-  nlohmann::json j = {{"transactions", txns},
-                      {"counters",
-                       {{"commits", commits_.load()},
-                        {"aborts", aborts_.load()},
-                        {"owner_exits", owner_exits_.load()},
-                        {"deadlocks", env_.locks.deadlocks()},
-                        {"timeouts", env_.locks.timeouts()},
-                        {"recoveries", env_.recoveries}}}};
-  return j.dump();
 }
 
 }  // namespace txnfs

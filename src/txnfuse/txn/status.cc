@@ -1,0 +1,59 @@
+// `txnfs status`'s data: every open transaction and the manager's counters, as JSON.
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "txnfuse/txn/txn.h"
+#include "txnfuse/txn/txn_env.h"
+
+namespace txnfs {
+
+namespace {
+
+const char *state_name(int s) {
+  switch (s) {
+    case TXNFS_ACTIVE: return "active";
+    case TXNFS_ABORT_ONLY: return "abort-only";
+    case TXNFS_COMMITTING: return "committing";
+    case TXNFS_COMMITTED: return "committed";
+    default: return "aborted";
+  }
+}
+
+}  // namespace
+
+std::string TxnManager::status_json() {
+  nlohmann::json txns = nlohmann::json::array();
+  std::vector<TxnPtr> all;
+  {
+    MutexLock g(mu_);
+    for (auto &[id, t] : by_id_) all.push_back(t);
+  }
+  for (auto &t : all) {
+    struct txnfs_info i;
+    if (info(0, t->id(), &i) != 0) continue;
+    auto [held, waiting] = env_.locks.counts(*t);
+    txns.push_back({{"id", i.id},
+                    {"state", state_name(int(i.state))},
+                    {"uid", i.owner_uid},
+                    {"pid", i.pid},
+                    {"flags", i.flags},
+                    {"age_ms", i.age_ms},
+                    {"ops", i.ops},
+                    {"backup_bytes", i.backup_bytes},
+                    {"locks_held", held},
+                    {"locks_waiting", waiting},
+                    {"error", i.error}});
+  }
+  nlohmann::json j = {{"transactions", txns},
+                      {"counters",
+                       {{"commits", commits_.load()},
+                        {"aborts", aborts_.load()},
+                        {"owner_exits", owner_exits_.load()},
+                        {"deadlocks", env_.locks.deadlocks()},
+                        {"timeouts", env_.locks.timeouts()},
+                        {"recoveries", env_.recoveries}}}};
+  return j.dump();
+}
+
+}  // namespace txnfs
