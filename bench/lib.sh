@@ -147,24 +147,27 @@ bench_make_xfs() { # size-gib [full]
     log "XFS image $tmp/xfs.img (${gib} GiB $kind) on $loopdev at $xfs_mnt"
 }
 
-bench_txnfs_mount() { # store mountpoint [fuse-opts]
-    local store=$1 opts=${3:-} i
+# Mounts a new store; sets $txn_mnt and $txn_pid. BINARY (default $txnfs) is the txnfs
+# program to serve it with: another build, to compare two daemons side by side.
+bench_txnfs_mount() { # store mountpoint [fuse-opts] [binary]
+    local store=$1 opts=${3:-} bin=${4:-$txnfs} i
     txn_mnt=$2
+    local pidf=$tmp/txnfs-$(basename "$txn_mnt").pid
     mkdir -p "$txn_mnt"
-    "$txnfs" init "$store" >&2
-    local args=("$store" "$txn_mnt" --pid-file "$tmp/txnfs.pid")
+    "$bin" init "$store" >&2
+    local args=("$store" "$txn_mnt" --pid-file "$pidf")
     [[ -n $opts ]] && args+=(-o "$opts")
-    bench_track_fuse "$txn_mnt" "$tmp/txnfs.pid" txnfs   # also if the mount fails half-way
-    "$txnfs" mount "${args[@]}" >&2
+    bench_track_fuse "$txn_mnt" "$pidf" txnfs   # also if the mount fails half-way
+    "$bin" mount "${args[@]}" >&2
     # The contract says the mount is ready when `txnfs mount` returns; tolerate (and
     # report) a pid file or mount that shows up a little later.
     for i in $(seq 100); do
-        [[ -s $tmp/txnfs.pid ]] && grep -qs " $txn_mnt fuse" /proc/mounts && break
+        [[ -s $pidf ]] && grep -qs " $txn_mnt fuse" /proc/mounts && break
         sleep 0.1
     done
     ((i == 1)) || log "note: pid file/mount appeared $(( (i - 1) * 100 )) ms after 'txnfs mount' returned"
-    [[ -s $tmp/txnfs.pid ]] || die "txnfs mount returned but wrote no pid file"
-    txn_pid=$(cat "$tmp/txnfs.pid")
+    [[ -s $pidf ]] || die "txnfs mount returned but wrote no pid file"
+    txn_pid=$(cat "$pidf")
     bench_fuse[-1]="$txn_mnt|$txn_pid|txnfs"  # the daemon unlinks its pid file at exit
     grep -qs " $txn_mnt fuse" /proc/mounts || die "txnfs mount returned but $txn_mnt is not mounted"
     log "txnfs daemon pid $txn_pid mounted at $txn_mnt"
