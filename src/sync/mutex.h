@@ -1,6 +1,6 @@
 // Mutexes the thread-safety analysis understands, and the run-time lock-order checker.
 //
-//   Mutex mu_{LockRank::kCommittedView};        // rank: its place in lock_order.h
+//   Mutex mu_{LockRank::kCommittedView};  // rank: its place in lock_order.h
 //   int n_ GUARDED_BY(mu_);
 //   void f() EXCLUDES(mu_) { MutexLock g(mu_); n_++; }
 //   void wait() { MutexLock g(mu_); while (!ready_) cv_.wait(mu_); }

@@ -1,6 +1,7 @@
 // The transaction core (src/txnfuse/txn) on a real store on a loop-mounted XFS, with no
 // FUSE mount: TxnManager's begin, binding, commit and abort through TxnEnv, the real
-// recorder, the one undo executor, and the committed view plain readers are served from.
+// recorder, the one undo executor, and the committed view plain readers are served from;
+// and the daemon's inode table.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 #include "store/backing.h"
 #include "store/store.h"
 #include "store/unique_fd.h"
+#include "txnfuse/fuse/inode_table.h"
 #include "txnfuse/txn/recorder.h"
 #include "txnfuse/txn/txn.h"
 #include "txnfuse/txn/txn_env.h"
@@ -229,4 +231,26 @@ TEST_CASE("a transaction whose owner thread exits is aborted by the reaper") {
   CHECK(c.read("f") == "before");
   struct txnfs_info info;
   CHECK(c.txns->info(0, id, &info) == ENOENT);
+}
+
+TEST_CASE("the inode table keeps one Inode per nodeid until the kernel forgets every lookup") {
+  InodeTable table;
+  auto make = [](uint64_t nodeid) {
+    auto i = std::make_shared<Inode>();
+    i->nodeid = nodeid;
+    return i;
+  };
+  InodePtr a = make(7);
+  CHECK(table.add_lookup(a) == a);
+  CHECK(table.add_lookup(make(7)) == a);  // a second lookup finds the first object
+  table.add_lookup_existing(a);
+  CHECK(a->nlookup == 3);
+  CHECK(table.size() == 1);
+  table.forget(7, 2);
+  CHECK(table.get(7) == a);
+  table.forget(7, 1);
+  CHECK(table.get(7) == nullptr);
+  CHECK(table.size() == 0);
+  table.forget(7, 1);  // a forget for a nodeid no longer known is ignored
+  CHECK(table.size() == 0);
 }
