@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include "txnfuse/cli/cli_txn.h"
+#include "txnfuse/cli/exit_status.h"
 
 using namespace txnfs::cli;
 

@@ -1,4 +1,4 @@
-// txnfs run / begin / commit / abort / status — see cli_txn.h for the exit statuses.
+// txnfs run / begin / commit / abort / status — see exit_status.h for the exit statuses.
 #include "txnfuse/cli/cli_txn.h"
 
 #include <fcntl.h>
@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "txnfuse/cli/exit_status.h"
 
 namespace txnfs::cli {
 
