@@ -12,6 +12,7 @@
 
 #include "txnfuse/cli/cli_txn.h"
 #include "txnfuse/cli/exit_status.h"
+#include "txnfuse/cli/spawn.h"
 
 using namespace txnfs::cli;
 

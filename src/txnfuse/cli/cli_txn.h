@@ -62,11 +62,6 @@ std::string failure_message(const CLI::App *app, const CLI::Error &e);
 // "42" -> 42; nullopt for anything but a positive decimal integer that fits.
 std::optional<txnfs_id_t> parse_txn_id(std::string_view s);
 
-// waitpid() status -> the exit status of `txnfs run` (128+N for signal N).
-int exit_status_of(int wait_status);
-// "exited with status 3", "killed by signal 9 (SIGKILL)".
-std::string describe_wait_status(int wait_status);
-
 enum class Action { Begin, Commit, Abort, Info, Status };
 // The message (without the "txnfs: error: " prefix) for ERR (positive errno) returned by
 // ACTION on MOUNT for transaction ID (Begin: PID is the process to bind, 0 = caller).
