@@ -13,6 +13,7 @@
 #include "txnfuse/cli/cli_txn.h"
 #include "txnfuse/cli/exit_status.h"
 #include "txnfuse/cli/spawn.h"
+#include "txnfuse/cli/status_table.h"
 
 using namespace txnfs::cli;
 

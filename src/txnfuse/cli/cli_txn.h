@@ -73,12 +73,4 @@ std::string txn_error_message(Action action, int err, const std::string &mount,
 std::string run_summary_committed(txnfs_id_t id, std::optional<uint64_t> ops);
 std::string run_summary_aborted(txnfs_id_t id, const std::string &why);
 
-std::string format_age(uint64_t ms);         // 5ms, 1.5s, 3m04s, 2h05m, 3d04h
-std::string format_bytes(uint64_t bytes);    // 0, 512B, 4.0K, 1.5M, 2.0G
-std::string state_name(unsigned state);      // enum txnfs_state -> "active", ...
-
-// The human-readable status table of a mount from the daemon's JSON (TXNFS_IOC_STATUS).
-// Throws std::runtime_error if the text is not JSON of the expected shape.
-std::string format_status(std::string_view json);
-
 }  // namespace txnfs::cli
