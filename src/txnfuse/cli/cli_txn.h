@@ -62,15 +62,4 @@ std::string failure_message(const CLI::App *app, const CLI::Error &e);
 // "42" -> 42; nullopt for anything but a positive decimal integer that fits.
 std::optional<txnfs_id_t> parse_txn_id(std::string_view s);
 
-enum class Action { Begin, Commit, Abort, Info, Status };
-// The message (without the "txnfs: error: " prefix) for ERR (positive errno) returned by
-// ACTION on MOUNT for transaction ID (Begin: PID is the process to bind, 0 = caller).
-std::string txn_error_message(Action action, int err, const std::string &mount,
-                              txnfs_id_t id = 0, pid_t pid = 0);
-
-// The one line `txnfs run` prints at its end, without the "txnfs: " prefix and newline:
-// "transaction 42 committed (17 operations)", "transaction 42 aborted (--abort)", ...
-std::string run_summary_committed(txnfs_id_t id, std::optional<uint64_t> ops);
-std::string run_summary_aborted(txnfs_id_t id, const std::string &why);
-
 }  // namespace txnfs::cli
