@@ -65,8 +65,8 @@ int run_abort(const std::string &mount, txnfs_id_t id, const std::string &why, i
     return exit_status;
   }
   if (rc == -ENOENT) {  // it ended some other way (e.g. the command ended it itself)
-    fmt::print(stderr, "txnfs: warning: transaction {} was no longer open, nothing to abort ({})\n",
-               id, why);
+    print_warning(
+        fmt::format("transaction {} was no longer open, nothing to abort ({})", id, why));
     return exit_status;
   }
   print_error(txn_error_message(Action::Abort, -rc, mount, id));
@@ -177,8 +177,8 @@ int cmd_status(const TxnOptions &o) {
   }
   buf.resize(std::strlen(buf.c_str()));
   if (rc == 1)
-    fmt::print(stderr, "txnfs: warning: the daemon shortened the status to fit the control "
-                       "channel; it may be incomplete\n");
+    print_warning("the daemon shortened the status to fit the control channel; it may be "
+                  "incomplete");
   if (o.json) {
     fmt::print("{}{}", buf, !buf.empty() && buf.back() == '\n' ? "" : "\n");
     return 0;

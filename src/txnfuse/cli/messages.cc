@@ -74,6 +74,8 @@ void print_error(const std::string &msg, const std::string &hint) {
   if (!hint.empty()) fmt::print(stderr, "  hint: {}\n", hint);
 }
 
+void print_warning(const std::string &msg) { fmt::print(stderr, "txnfs: warning: {}\n", msg); }
+
 void print_outcome(const std::string &line) { fmt::print(stderr, "txnfs: {}\n", line); }
 
 }  // namespace txnfs::cli

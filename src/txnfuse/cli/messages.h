@@ -1,6 +1,6 @@
 // What the transaction subcommands say on stderr: the error for each errno a request to
 // the daemon can return, the outcome line of `txnfs run`, and the prefixes they are
-// printed with ("txnfs: error: ", "txnfs: ").
+// printed with ("txnfs: error: ", "txnfs: warning: ", "txnfs: ").
 #pragma once
 #include <sys/types.h>
 
@@ -25,6 +25,8 @@ std::string run_summary_aborted(txnfs_id_t id, const std::string &why);
 
 // "txnfs: error: MSG" on stderr, and "  hint: HINT" below it unless HINT is empty.
 void print_error(const std::string &msg, const std::string &hint = {});
+// "txnfs: warning: MSG" on stderr.
+void print_warning(const std::string &msg);
 // "txnfs: LINE" on stderr: the outcome of `txnfs run`.
 void print_outcome(const std::string &line);
 
