@@ -1,4 +1,6 @@
-// txnfs run / begin / commit / abort / status — see exit_status.h for the exit statuses.
+// txnfs run / begin / commit / abort / status: what each does (cmd_run, cmd_begin,
+// cmd_end, cmd_status) and their command line (TxnCommands). Each returns the exit status
+// of exit_status.h; errors are printed through messages.h.
 #include "txnfuse/cli/cli_txn.h"
 
 #include <sys/stat.h>
@@ -49,6 +51,8 @@ std::optional<bool> still_open(const std::string &mount, txnfs_id_t id) {
 bool commit_refusal_may_leave_open(int err) {
   return err != ENOENT && err != EPERM && err != ENOTTY && err != ENOTCONN && err != EIO;
 }
+
+// ---- txnfs run -------------------------------------------------------------------------
 
 // Aborts ID at the end of `txnfs run`; returns EXIT_STATUS, or 125 if the abort failed.
 // ROLLED_BACK_IF_GONE: a commit was refused, so a transaction no longer open was rolled
@@ -194,7 +198,7 @@ int cmd_status(const TxnOptions &o) {
 
 }  // namespace
 
-// ---- the pure helpers ---------------------------------------------------------------------
+// ---- the command line -------------------------------------------------------------------
 
 std::optional<txnfs_id_t> parse_txn_id(std::string_view s) {
   if (s.empty() || s.size() > 20) return std::nullopt;
@@ -209,8 +213,6 @@ std::optional<txnfs_id_t> parse_txn_id(std::string_view s) {
 std::string failure_message(const CLI::App *app, const CLI::Error &e) {
   return "txnfs: error: " + CLI::FailureMessage::simple(app, e);
 }
-
-// ---- the subcommands ---------------------------------------------------------------------
 
 TxnCommands::TxnCommands(CLI::App &app) {
   const char *mount_help = "the txnfs mount point (or any file or directory inside it)";

@@ -4,7 +4,6 @@
 #pragma once
 #include <sys/types.h>
 
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -56,8 +55,6 @@ class TxnCommands {
 
 // CLI11's failure message with the "txnfs: error: " prefix of every txnfs error.
 std::string failure_message(const CLI::App *app, const CLI::Error &e);
-
-// ---- the parts below are pure, and unit-tested ----
 
 // "42" -> 42; nullopt for anything but a positive decimal integer that fits.
 std::optional<txnfs_id_t> parse_txn_id(std::string_view s);

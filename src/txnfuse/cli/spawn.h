@@ -21,9 +21,9 @@ struct RunResult {
 // between the command's end and the commit or abort. SIGCHLD is left at SIG_DFL.
 //
 // The child stays in our process group and starts with our caller's signal mask and
-// dispositions of the forwarded signals. A signal is forwarded only while the child is not yet reaped, so it never
-// reaches a recycled pid. The child being waited for is one process-wide variable: one
-// call at a time per process (txnfs is single-threaded here).
+// dispositions of the forwarded signals. A signal is forwarded only while the child is
+// not yet reaped, so it never reaches a recycled pid. The child being waited for is one
+// process-wide variable: one call at a time per process (txnfs is single-threaded here).
 RunResult spawn_and_wait(const std::vector<std::string> &command);
 
 // waitpid() status -> the exit status of `txnfs run` (128+N for signal N).
