@@ -1,5 +1,6 @@
-// The testable parts of the transaction subcommands (src/txnfuse/cli/cli_txn.cc): argument
-// handling, exit-status mapping, error messages and the status table.
+// The testable parts of the transaction subcommands (src/txnfuse/cli/): argument handling
+// (cli_txn), exit-status mapping (spawn), error messages (messages) and the status table
+// (status_table).
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -11,6 +12,10 @@
 #include <catch2/catch.hpp>
 
 #include "txnfuse/cli/cli_txn.h"
+#include "txnfuse/cli/exit_status.h"
+#include "txnfuse/cli/messages.h"
+#include "txnfuse/cli/spawn.h"
+#include "txnfuse/cli/status_table.h"
 
 using namespace txnfs::cli;
 

@@ -1,30 +1,26 @@
-// txnfs run / begin / commit / abort / status — see cli_txn.h for the exit statuses.
+// txnfs run / begin / commit / abort / status: what each does (cmd_run, cmd_begin,
+// cmd_end, cmd_status) and their command line (TxnCommands). Each returns the exit status
+// of exit_status.h; errors are printed through messages.h.
 #include "txnfuse/cli/cli_txn.h"
 
-#include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <iterator>
-#include <stdexcept>
+#include <exception>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+
+#include "txnfuse/cli/exit_status.h"
+#include "txnfuse/cli/messages.h"
+#include "txnfuse/cli/spawn.h"
+#include "txnfuse/cli/status_table.h"
 
 namespace txnfs::cli {
 
 namespace {
-
-void print_error(const std::string &msg, const std::string &hint = {}) {
-  fmt::print(stderr, "txnfs: error: {}\n", msg);
-  if (!hint.empty()) fmt::print(stderr, "  hint: {}\n", hint);
-}
 
 // "cannot access MOUNT: ..." if MOUNT cannot be stat'ed, so that a missing path is not
 // mistaken for a missing transaction (both are ENOENT).
@@ -41,118 +37,6 @@ bool check_mount_path(const std::string &mount) {
   return false;
 }
 
-std::string signal_name(int sig) {
-  const char *abbrev = ::sigabbrev_np(sig);
-  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
-}
-
-// ---- txnfs run -------------------------------------------------------------------------
-
-// The child while `txnfs run` waits for it; 0 otherwise. Read by the signal handler.
-volatile sig_atomic_t g_child = 0;
-constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP};
-
-void forward_signal(int sig, siginfo_t *si, void *) {
-  pid_t child = g_child;
-  if (child <= 0) return;
-  // A terminal's ^C / ^\ reaches the whole foreground process group (si_code SI_KERNEL):
-  // the child, which stays in our group, has it already.
-  if (si != nullptr && si->si_code == SI_KERNEL) return;
-  int saved = errno;
-  ::kill(child, sig);
-  errno = saved;
-}
-
-struct RunResult {
-  int exec_errno = 0;   // the command could not be executed (errno of execvp)
-  int wait_status = 0;  // waitpid() status otherwise
-  int sys_errno = 0;    // pipe/fork failed
-};
-
-// Forks, execs COMMAND (PATH lookup) in the child, and waits for it, forwarding SIGINT,
-// SIGTERM and SIGHUP (unless our caller made us ignore them). The forwarding handlers
-// stay installed afterwards, so a late ^C cannot kill txnfs between the command's end
-// and the commit or abort.
-RunResult spawn_and_wait(const std::vector<std::string> &command) {
-  RunResult r;
-  std::vector<std::string> args = command;
-  std::vector<char *> argv;
-  for (auto &a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  // Children must be waitable even if our caller left SIGCHLD ignored.
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  ::sigaction(SIGCHLD, &dfl, nullptr);
-
-  int pfd[2];  // the child reports an exec failure through it; CLOEXEC closes it otherwise
-  if (::pipe2(pfd, O_CLOEXEC) < 0) {
-    r.sys_errno = errno;
-    return r;
-  }
-
-  sigset_t fwd, old_mask;
-  sigemptyset(&fwd);
-  for (int s : kForwarded) sigaddset(&fwd, s);
-  ::sigprocmask(SIG_BLOCK, &fwd, &old_mask);
-  struct sigaction sa {};
-  sa.sa_sigaction = forward_signal;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  struct sigaction old[std::size(kForwarded)];
-  for (size_t i = 0; i < std::size(kForwarded); i++) {
-    ::sigaction(kForwarded[i], nullptr, &old[i]);
-    if (old[i].sa_handler != SIG_IGN)  // an ignored signal stays ignored, for both of us
-      ::sigaction(kForwarded[i], &sa, nullptr);
-  }
-
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    for (size_t i = 0; i < std::size(kForwarded); i++)
-      ::sigaction(kForwarded[i], &old[i], nullptr);  // also keeps an inherited SIG_IGN
-    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-    ::close(pfd[0]);
-    ::execvp(argv[0], argv.data());
-    int e = errno;
-    ssize_t n = ::write(pfd[1], &e, sizeof e);
-    (void)n;
-    ::_exit(e == ENOENT ? kRunNotFound : kRunCannotExec);
-  }
-  if (pid < 0) {
-    r.sys_errno = errno;
-    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-    ::close(pfd[0]);
-    ::close(pfd[1]);
-    return r;
-  }
-  g_child = pid;
-  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  ::close(pfd[1]);
-  int e = 0;
-  ssize_t n;
-  do n = ::read(pfd[0], &e, sizeof e);
-  while (n < 0 && errno == EINTR);
-  if (n == static_cast<ssize_t>(sizeof e)) r.exec_errno = e;
-  ::close(pfd[0]);
-
-  // Wait without reaping first: a signal forwarded now still reaches our child's pid,
-  // never a recycled one.
-  siginfo_t si;
-  while (::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
-  }
-  ::sigprocmask(SIG_BLOCK, &fwd, nullptr);
-  g_child = 0;
-  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.wait_status = status;
-  return r;
-}
-
-void print_outcome(const std::string &line) { fmt::print(stderr, "txnfs: {}\n", line); }
-
 // Whether transaction ID is still open; nullopt if that cannot be told.
 std::optional<bool> still_open(const std::string &mount, txnfs_id_t id) {
   struct txnfs_info info {};
@@ -167,6 +51,8 @@ std::optional<bool> still_open(const std::string &mount, txnfs_id_t id) {
 bool commit_refusal_may_leave_open(int err) {
   return err != ENOENT && err != EPERM && err != ENOTTY && err != ENOTCONN && err != EIO;
 }
+
+// ---- txnfs run -------------------------------------------------------------------------
 
 // Aborts ID at the end of `txnfs run`; returns EXIT_STATUS, or 125 if the abort failed.
 // ROLLED_BACK_IF_GONE: a commit was refused, so a transaction no longer open was rolled
@@ -183,8 +69,8 @@ int run_abort(const std::string &mount, txnfs_id_t id, const std::string &why, i
     return exit_status;
   }
   if (rc == -ENOENT) {  // it ended some other way (e.g. the command ended it itself)
-    fmt::print(stderr, "txnfs: warning: transaction {} was no longer open, nothing to abort ({})\n",
-               id, why);
+    print_warning(
+        fmt::format("transaction {} was no longer open, nothing to abort ({})", id, why));
     return exit_status;
   }
   print_error(txn_error_message(Action::Abort, -rc, mount, id));
@@ -295,8 +181,8 @@ int cmd_status(const TxnOptions &o) {
   }
   buf.resize(std::strlen(buf.c_str()));
   if (rc == 1)
-    fmt::print(stderr, "txnfs: warning: the daemon shortened the status to fit the control "
-                       "channel; it may be incomplete\n");
+    print_warning("the daemon shortened the status to fit the control channel; it may be "
+                  "incomplete");
   if (o.json) {
     fmt::print("{}{}", buf, !buf.empty() && buf.back() == '\n' ? "" : "\n");
     return 0;
@@ -310,86 +196,9 @@ int cmd_status(const TxnOptions &o) {
   return 0;
 }
 
-// ---- status table -----------------------------------------------------------------------
-
-using nlohmann::json;
-
-std::optional<uint64_t> u64_field(const json &obj, const char *key) {
-  auto it = obj.find(key);
-  if (it == obj.end()) return std::nullopt;
-  if (it->is_number_unsigned()) return it->get<uint64_t>();
-  if (it->is_number_integer() && it->get<int64_t>() >= 0)
-    return static_cast<uint64_t>(it->get<int64_t>());
-  return std::nullopt;
-}
-
-std::optional<int64_t> i64_field(const json &obj, const char *key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_number_integer()) return std::nullopt;
-  if (it->is_number_unsigned())
-    return it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-               ? std::nullopt
-               : std::optional<int64_t>(static_cast<int64_t>(it->get<uint64_t>()));
-  return it->get<int64_t>();
-}
-
-template <class T>
-std::string or_dash(const std::optional<T> &v) {
-  return v ? fmt::format("{}", *v) : std::string("-");
-}
-
-std::string state_of(const json &t) {
-  auto it = t.find("state");
-  if (it == t.end()) return "-";
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_number_unsigned()) return state_name(it->get<unsigned>());
-  return "?";
-}
-
-std::string error_of(const json &t) {
-  auto it = t.find("error");
-  if (it == t.end()) return "-";
-  if (it->is_string()) return it->get<std::string>().empty() ? "-" : it->get<std::string>();
-  std::optional<int64_t> e = i64_field(t, "error");
-  if (!e || *e == 0) return "-";
-  const char *name = *e > 0 && *e < 4096 ? ::strerrorname_np(static_cast<int>(*e)) : nullptr;
-  return name ? std::string(name) : fmt::format("{}", *e);
-}
-
-std::string bound_of(const json &t) {
-  std::optional<uint64_t> f = u64_field(t, "flags");
-  if (!f) return "-";
-  return (*f & TXNFS_BIND_PROCESS) ? "process" : "thread";
-}
-
-// Columns, each left- or right-aligned, two spaces apart; no trailing blanks.
-std::string render_table(const std::vector<std::string> &header, const std::vector<bool> &right,
-                         const std::vector<std::vector<std::string>> &rows) {
-  std::vector<size_t> width(header.size());
-  for (size_t c = 0; c < header.size(); c++) width[c] = header[c].size();
-  for (auto &row : rows)
-    for (size_t c = 0; c < row.size(); c++) width[c] = std::max(width[c], row[c].size());
-  std::string out;
-  auto line = [&](const std::vector<std::string> &cells) {
-    std::string l;
-    for (size_t c = 0; c < cells.size(); c++) {
-      if (c) l += "  ";
-      size_t pad = width[c] - cells[c].size();
-      if (right[c]) l.append(pad, ' ');
-      l += cells[c];
-      if (!right[c]) l.append(pad, ' ');
-    }
-    while (!l.empty() && l.back() == ' ') l.pop_back();
-    out += l + "\n";
-  };
-  line(header);
-  for (auto &row : rows) line(row);
-  return out;
-}
-
 }  // namespace
 
-// ---- the pure helpers ---------------------------------------------------------------------
+// ---- the command line -------------------------------------------------------------------
 
 std::optional<txnfs_id_t> parse_txn_id(std::string_view s) {
   if (s.empty() || s.size() > 20) return std::nullopt;
@@ -401,172 +210,9 @@ std::optional<txnfs_id_t> parse_txn_id(std::string_view s) {
   return v;
 }
 
-int exit_status_of(int wait_status) {
-  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
-  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
-  return kRunTxnFailed;  // not reached: we wait only for termination
-}
-
-std::string describe_wait_status(int wait_status) {
-  if (WIFEXITED(wait_status)) return fmt::format("exited with status {}", WEXITSTATUS(wait_status));
-  if (WIFSIGNALED(wait_status))
-    return fmt::format("killed by {}{}", signal_name(WTERMSIG(wait_status)),
-                       WCOREDUMP(wait_status) ? ", core dumped" : "");
-  return fmt::format("ended with wait status {:#x}", static_cast<unsigned>(wait_status));
-}
-
-std::string txn_error_message(Action action, int err, const std::string &mount, txnfs_id_t id,
-                              pid_t pid) {
-  if (err == ENOTTY)
-    return fmt::format("{} is not on a txnfs mount (or its daemon does not support transactions)",
-                       mount);
-  if (err == ENOTCONN)
-    return fmt::format("{}: {} (its txnfs daemon is gone)", mount, std::strerror(err));
-  std::string what;  // "cannot WHAT: strerror" for everything without a better message
-  switch (action) {
-    case Action::Begin:
-      if (err == EBUSY)
-        return pid == 0 ? fmt::format("this process is already in a transaction on {} "
-                                      "(transactions do not nest)", mount)
-                        : fmt::format("process {} is already in a transaction on {} "
-                                      "(transactions do not nest)", pid, mount);
-      if (err == ESRCH) return fmt::format("no process {}", pid);
-      if (err == EPERM)
-        return fmt::format("not allowed to bind process {} to a transaction (it is not yours)",
-                           pid == 0 ? ::getpid() : pid);
-      what = fmt::format("begin a transaction on {}", mount);
-      break;
-    case Action::Commit:
-    case Action::Abort:
-    case Action::Info: {
-      const char *verb = action == Action::Commit ? "commit"
-                         : action == Action::Abort ? "abort"
-                                                   : "inspect";
-      if (err == ENOENT) return fmt::format("no open transaction {} on {}", id, mount);
-      if (err == EPERM)
-        return fmt::format("transaction {} is not yours (only its owner or root may {} it)", id,
-                           verb);
-      if (action == Action::Commit && err == EDEADLK)
-        return fmt::format("transaction {} can only abort (it lost a deadlock or a lock wait): "
-                           "commit refused", id);
-      if (action == Action::Commit && err == ETIMEDOUT)
-        return fmt::format("transaction {} can only abort (a lock wait timed out): "
-                           "commit refused", id);
-      if (action == Action::Commit && err == EIO)
-        return fmt::format("commit of transaction {} failed; the transaction was rolled back", id);
-      what = fmt::format("{} transaction {} on {}", verb, id, mount);
-      break;
-    }
-    case Action::Status:
-      what = fmt::format("get the status of {}", mount);
-      break;
-  }
-  return fmt::format("cannot {}: {}", what, std::strerror(err));
-}
-
-std::string run_summary_committed(txnfs_id_t id, std::optional<uint64_t> ops) {
-  if (!ops) return fmt::format("transaction {} committed", id);
-  return fmt::format("transaction {} committed ({} operation{})", id, *ops, *ops == 1 ? "" : "s");
-}
-
-std::string run_summary_aborted(txnfs_id_t id, const std::string &why) {
-  return fmt::format("transaction {} aborted ({})", id, why);
-}
-
-std::string format_age(uint64_t ms) {
-  if (ms < 1000) return fmt::format("{}ms", ms);
-  if (ms < 60'000) return fmt::format("{}.{}s", ms / 1000, ms % 1000 / 100);
-  uint64_t s = ms / 1000;
-  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
-  if (s < 86400) return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
-  return fmt::format("{}d{:02}h", s / 86400, s % 86400 / 3600);
-}
-
-std::string format_bytes(uint64_t bytes) {
-  if (bytes == 0) return "0";
-  if (bytes < 1024) return fmt::format("{}B", bytes);
-  static const char units[] = "KMGTPE";
-  double v = static_cast<double>(bytes) / 1024;
-  size_t u = 0;
-  while (v >= 1024 && u + 1 < sizeof units - 1) {
-    v /= 1024;
-    u++;
-  }
-  return fmt::format("{:.1f}{}", v, units[u]);
-}
-
-std::string state_name(unsigned state) {
-  switch (state) {
-    case TXNFS_ACTIVE: return "active";
-    case TXNFS_ABORT_ONLY: return "abort-only";
-    case TXNFS_COMMITTING: return "committing";
-    case TXNFS_COMMITTED: return "committed";
-    case TXNFS_ABORTED: return "aborted";
-  }
-  return fmt::format("state-{}", state);
-}
-
-std::string format_status(std::string_view text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception &e) {
-    throw std::runtime_error(fmt::format("not valid JSON ({})", e.what()));
-  }
-  if (!j.is_object()) throw std::runtime_error("not a JSON object");
-  std::string out;
-
-  auto txs = j.find("transactions");
-  if (txs != j.end() && !txs->is_array())
-    throw std::runtime_error("\"transactions\" is not an array");
-  std::vector<std::vector<std::string>> rows;
-  if (txs != j.end())
-    for (const json &t : *txs) {
-      if (!t.is_object()) throw std::runtime_error("a transaction is not a JSON object");
-      std::optional<uint64_t> age = u64_field(t, "age_ms"), bytes = u64_field(t, "backup_bytes");
-      rows.push_back({or_dash(u64_field(t, "id")), state_of(t), or_dash(u64_field(t, "uid")),
-                      or_dash(i64_field(t, "pid")), bound_of(t), age ? format_age(*age) : "-",
-                      or_dash(u64_field(t, "ops")), bytes ? format_bytes(*bytes) : "-",
-                      or_dash(u64_field(t, "locks_held")), or_dash(u64_field(t, "locks_waiting")),
-                      error_of(t)});
-    }
-  if (rows.empty()) {
-    out += "no open transactions\n";
-  } else {
-    out += render_table({"ID", "STATE", "UID", "PID", "BOUND", "AGE", "OPS", "BACKUP", "LOCKS",
-                         "WAITING", "ERROR"},
-                        {true, false, true, true, false, true, true, true, true, true, false},
-                        rows);
-  }
-
-  auto counters = j.find("counters");
-  if (counters != j.end()) {
-    if (!counters->is_object()) throw std::runtime_error("\"counters\" is not an object");
-    static const char *const known[] = {"commits", "aborts", "deadlocks", "timeouts",
-                                        "recoveries"};
-    std::vector<std::string> parts;
-    auto add = [&](const std::string &k) {
-      parts.push_back(fmt::format("{} {}", k, or_dash(u64_field(*counters, k.c_str()))));
-    };
-    for (const char *k : known)
-      if (counters->contains(k)) add(k);
-    for (auto it = counters->begin(); it != counters->end(); ++it) {
-      bool is_known = false;
-      for (const char *k : known) is_known |= it.key() == k;
-      if (!is_known) add(it.key());
-    }
-    std::string line = "counters:";
-    for (size_t i = 0; i < parts.size(); i++) line += (i ? ", " : " ") + parts[i];
-    out += line + "\n";
-  }
-  return out;
-}
-
 std::string failure_message(const CLI::App *app, const CLI::Error &e) {
   return "txnfs: error: " + CLI::FailureMessage::simple(app, e);
 }
-
-// ---- the subcommands ---------------------------------------------------------------------
 
 TxnCommands::TxnCommands(CLI::App &app) {
   const char *mount_help = "the txnfs mount point (or any file or directory inside it)";

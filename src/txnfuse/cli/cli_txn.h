@@ -1,19 +1,9 @@
 // The transaction subcommands of the txnfs CLI: run, begin, commit, abort, status.
 // They are clients of the daemon's control channel through libtxnfs (include/txnfs/txnfs.h).
-//
-// Exit statuses
-//   begin, commit, abort, status:  0 success; 1 error (message on stderr)
-//   run:  the command's own exit status, or 128+N if a signal N killed it;
-//         125  txnfs failed: the transaction could not begin (the command did not run),
-//              or its commit (or abort) failed -- after a failed commit the command's
-//              effects were rolled back;
-//         126  the command was found but could not be executed (transaction aborted);
-//         127  the command was not found (transaction aborted).
-//   usage errors: 2 (125 for run).
+// Their exit statuses are listed in exit_status.h.
 #pragma once
 #include <sys/types.h>
 
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,12 +14,6 @@
 #include "txnfs/txnfs.h"
 
 namespace txnfs::cli {
-
-// Exit statuses of `txnfs run` other than the command's own.
-inline constexpr int kRunTxnFailed = 125;
-inline constexpr int kRunCannotExec = 126;
-inline constexpr int kRunNotFound = 127;
-inline constexpr int kUsage = 2;
 
 struct TxnOptions {
   std::string mount;
@@ -72,33 +56,7 @@ class TxnCommands {
 // CLI11's failure message with the "txnfs: error: " prefix of every txnfs error.
 std::string failure_message(const CLI::App *app, const CLI::Error &e);
 
-// ---- the parts below are pure, and unit-tested ----
-
 // "42" -> 42; nullopt for anything but a positive decimal integer that fits.
 std::optional<txnfs_id_t> parse_txn_id(std::string_view s);
-
-// waitpid() status -> the exit status of `txnfs run` (128+N for signal N).
-int exit_status_of(int wait_status);
-// "exited with status 3", "killed by signal 9 (SIGKILL)".
-std::string describe_wait_status(int wait_status);
-
-enum class Action { Begin, Commit, Abort, Info, Status };
-// The message (without the "txnfs: error: " prefix) for ERR (positive errno) returned by
-// ACTION on MOUNT for transaction ID (Begin: PID is the process to bind, 0 = caller).
-std::string txn_error_message(Action action, int err, const std::string &mount,
-                              txnfs_id_t id = 0, pid_t pid = 0);
-
-// The one line `txnfs run` prints at its end, without the "txnfs: " prefix and newline:
-// "transaction 42 committed (17 operations)", "transaction 42 aborted (--abort)", ...
-std::string run_summary_committed(txnfs_id_t id, std::optional<uint64_t> ops);
-std::string run_summary_aborted(txnfs_id_t id, const std::string &why);
-
-std::string format_age(uint64_t ms);         // 5ms, 1.5s, 3m04s, 2h05m, 3d04h
-std::string format_bytes(uint64_t bytes);    // 0, 512B, 4.0K, 1.5M, 2.0G
-std::string state_name(unsigned state);      // enum txnfs_state -> "active", ...
-
-// The human-readable status table of a mount from the daemon's JSON (TXNFS_IOC_STATUS).
-// Throws std::runtime_error if the text is not JSON of the expected shape.
-std::string format_status(std::string_view json);
 
 }  // namespace txnfs::cli
