@@ -346,6 +346,26 @@ def decode_compound_reply(u: Unpacker) -> Reply:
 
 
 # --------------------------------------------------------------------------
+# callback security parameters (callback_sec_parms4, RFC 8881 18.36)
+# --------------------------------------------------------------------------
+
+CREATE_SESSION4_FLAG_CONN_BACK_CHAN = 0x2
+RPC_GSS_SVC_NONE = 1
+
+
+def cb_sec_none():
+    return u32(AUTH_NONE)
+
+
+def cb_sec_sys(uid=0, gid=0, machine="txnfs-probe"):
+    return u32(AUTH_SYS) + u32(0) + string(machine) + u32(uid) + u32(gid) + u32(0)
+
+
+def cb_sec_gss(service=RPC_GSS_SVC_NONE, handle_from_server=b"srv", handle_from_client=b"cli"):
+    return u32(RPCSEC_GSS) + u32(service) + opaque(handle_from_server) + opaque(handle_from_client)
+
+
+# --------------------------------------------------------------------------
 # the connection
 # --------------------------------------------------------------------------
 
@@ -357,8 +377,14 @@ class Client:
     """One TCP connection to 127.0.0.1:port. minorversion 1 sets up a session (and
     RECLAIM_COMPLETE) at once; 0 sends plain COMPOUNDs."""
 
-    def __init__(self, port, minorversion=1, uid=0, gid=0, timeout=60):
+    def __init__(self, port, minorversion=1, uid=0, gid=0, timeout=60, cb_sec_parms=None,
+                 session_flags=0):
+        """CREATE_SESSION (v4.1): cb_sec_parms, the callback security parameters, a list
+        of cb_sec_none() / cb_sec_sys() / cb_sec_gss() (default: AUTH_NONE);
+        session_flags, its csa_flags (e.g. CREATE_SESSION4_FLAG_CONN_BACK_CHAN)."""
         self.minor = minorversion
+        self.cb_sec_parms = cb_sec_parms if cb_sec_parms is not None else [cb_sec_none()]
+        self.session_flags = session_flags
         self.uid, self.gid = uid, gid
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.xid = int.from_bytes(os.urandom(4), "big")
@@ -468,8 +494,9 @@ class Client:
         assert r.status == NFS4_OK, f"EXCHANGE_ID: {r}"
         self.clientid, seq = r.results[0].value
         attrs = u32(0) + u32(2 << 20) + u32(2 << 20) + u32(64 << 10) + u32(64) + u32(8) + u32(0)
-        r = self.compound([(OP_CREATE_SESSION, u64(self.clientid) + u32(seq) + u32(0) + attrs
-                            + attrs + u32(0x40000000) + u32(1) + u32(AUTH_NONE))],
+        r = self.compound([(OP_CREATE_SESSION, u64(self.clientid) + u32(seq)
+                            + u32(self.session_flags) + attrs + attrs + u32(0x40000000)
+                            + u32(len(self.cb_sec_parms)) + b"".join(self.cb_sec_parms))],
                           sequence=False)
         assert r.status == NFS4_OK, f"CREATE_SESSION: {r}"
         self.sessionid = r.results[0].value

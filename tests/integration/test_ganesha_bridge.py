@@ -348,6 +348,53 @@ def test_state_of_a_rolled_back_creation_is_stale_and_released(mnt, servers, min
 
 
 # --------------------------------------------------------------------------
+# protocol edges
+# --------------------------------------------------------------------------
+
+GARBAGE_ARGS = "accept_stat 4"   # the RPC could not decode the arguments
+
+
+def log_lines(g) -> int:
+    return len(g.log.read_text(errors="replace").splitlines())
+
+
+def crit_lines_since(g, start: int) -> list[str]:
+    return [line for line in g.log.read_text(errors="replace").splitlines()[start:]
+            if ":CRIT :" in line]
+
+
+@pytest.mark.parametrize("server", ["debian", "patched"])
+def test_create_session_may_offer_rpcsec_gss_for_callbacks(mnt, servers, server):
+    """CREATE_SESSION's callback security parameters may list RPCSEC_GSS (RFC 8881
+    18.36): the server chooses one it can use for callbacks, or none. The patched
+    server, built without GSS, decodes such entries and never uses them, as Debian's
+    server does (with GSS built in, it skips them too); no CRIT line either way. (On
+    the patched server before the fix: GARBAGE_ARGS and "Bad xdr_free" CRIT lines.)"""
+    g = servers(debian=True, bridge=False) if server == "debian" else servers()
+    start = log_lines(g)
+    for parms in ([nfs.cb_sec_gss()], [nfs.cb_sec_gss(), nfs.cb_sec_sys()],
+                  [nfs.cb_sec_none(), nfs.cb_sec_gss(handle_from_server=b"x" * 100)]):
+        for flags in (0, nfs.CREATE_SESSION4_FLAG_CONN_BACK_CHAN):
+            with nfs.Client(g.port, cb_sec_parms=parms, session_flags=flags) as c:
+                r = c.compound([op.putrootfh(), op.getattr()])
+                assert r.status == OK, (parms, flags, r)
+    assert crit_lines_since(g, start) == []
+
+
+def test_unknown_callback_flavour_is_garbage_without_a_crit_line(mnt, servers):
+    """A callback security flavour callback_sec_parms4 has no arm for cannot be
+    decoded (GARBAGE_ARGS, as on Debian's server); freeing the half-decoded request
+    must not fail ("Bad xdr_free", CRIT)."""
+    g = servers()
+    start = log_lines(g)
+    with pytest.raises(nfs.RpcError, match=GARBAGE_ARGS):
+        nfs.Client(g.port, cb_sec_parms=[nfs.cb_sec_sys(), nfs.u32(5)])   # AUTH_DH's number
+    with nfs.Client(g.port) as c:
+        assert c.compound([op.putrootfh(), op.getattr()]).status == OK
+    assert crit_lines_since(g, start) == []
+
+
+# --------------------------------------------------------------------------
 # conflicts: retryable NFS4ERR_DELAY
 # --------------------------------------------------------------------------
 
