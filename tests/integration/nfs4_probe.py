@@ -378,11 +378,13 @@ class Client:
     RECLAIM_COMPLETE) at once; 0 sends plain COMPOUNDs."""
 
     def __init__(self, port, minorversion=1, uid=0, gid=0, timeout=60, cb_sec_parms=None,
-                 session_flags=0):
+                 session_flags=0, max_ops=64):
         """CREATE_SESSION (v4.1): cb_sec_parms, the callback security parameters, a list
         of cb_sec_none() / cb_sec_sys() / cb_sec_gss() (default: AUTH_NONE);
-        session_flags, its csa_flags (e.g. CREATE_SESSION4_FLAG_CONN_BACK_CHAN)."""
+        session_flags, its csa_flags (e.g. CREATE_SESSION4_FLAG_CONN_BACK_CHAN); max_ops,
+        the fore channel's ca_maxoperations."""
         self.minor = minorversion
+        self.max_ops = max_ops
         self.cb_sec_parms = cb_sec_parms if cb_sec_parms is not None else [cb_sec_none()]
         self.session_flags = session_flags
         self.uid, self.gid = uid, gid
@@ -493,9 +495,12 @@ class Client:
                             + u32(0) + u32(0))], sequence=False)
         assert r.status == NFS4_OK, f"EXCHANGE_ID: {r}"
         self.clientid, seq = r.results[0].value
-        attrs = u32(0) + u32(2 << 20) + u32(2 << 20) + u32(64 << 10) + u32(64) + u32(8) + u32(0)
+        def attrs(max_ops):
+            return (u32(0) + u32(2 << 20) + u32(2 << 20) + u32(64 << 10) + u32(max_ops) + u32(8)
+                    + u32(0))
         r = self.compound([(OP_CREATE_SESSION, u64(self.clientid) + u32(seq)
-                            + u32(self.session_flags) + attrs + attrs + u32(0x40000000)
+                            + u32(self.session_flags) + attrs(self.max_ops) + attrs(64)
+                            + u32(0x40000000)
                             + u32(len(self.cb_sec_parms)) + b"".join(self.cb_sec_parms))],
                           sequence=False)
         assert r.status == NFS4_OK, f"CREATE_SESSION: {r}"

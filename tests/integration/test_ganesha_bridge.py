@@ -394,6 +394,32 @@ def test_unknown_callback_flavour_is_garbage_without_a_crit_line(mnt, servers):
     assert crit_lines_since(g, start) == []
 
 
+@pytest.mark.parametrize("minor", [0, 1])
+def test_compound_over_the_operation_limit_is_refused_not_garbage(mnt, servers, minor):
+    """A COMPOUND of up to 16384 operations runs (README, "COMPOUND length"); a longer
+    one, whatever its length, is refused without running any operation:
+    NFS4ERR_RESOURCE in NFSv4.0, NFS4ERR_TOO_MANY_OPS in NFSv4.1 (as Debian's server
+    answers above its limit of 100) -- not GARBAGE_ARGS -- and with no CRIT line. The
+    session stays usable (v4.1: SEQUENCE did not run, the slot did not advance)."""
+    g = servers()
+    start = log_lines(g)
+    refused = nfs.NFS4ERR_TOO_MANY_OPS if minor else nfs.NFS4ERR_RESOURCE
+    with nfs.Client(g.port, minorversion=minor, max_ops=16384) as c:
+        limit = 16384 - minor   # operations after v4.1's SEQUENCE
+        for n in (limit + 1, 16500, 100_000):
+            seq = c.seq
+            r = c.compound([op.putrootfh(), op.mkdir("d")] + [op.putrootfh()] * (n - 2),
+                           tag="txn")
+            assert (r.status, r.results) == (refused, []), (n, r.status, len(r.results))
+            assert c.seq == seq
+        assert entries(mnt) == []
+        r = c.compound([op.putrootfh(), op.mkdir("d")] + [op.putrootfh()] * (limit - 2),
+                       tag="txn")
+        assert r.status == OK and len(r.results) == 16384, (r.status, len(r.results))
+    assert entries(mnt) == ["d"]
+    assert crit_lines_since(g, start) == []
+
+
 # --------------------------------------------------------------------------
 # conflicts: retryable NFS4ERR_DELAY
 # --------------------------------------------------------------------------
