@@ -397,10 +397,12 @@ def test_unknown_callback_flavour_is_garbage_without_a_crit_line(mnt, servers):
 @pytest.mark.parametrize("minor", [0, 1])
 def test_compound_over_the_operation_limit_is_refused_not_garbage(mnt, servers, minor):
     """A COMPOUND of up to 16384 operations runs (README, "COMPOUND length"); a longer
-    one, whatever its length, is refused without running any operation:
-    NFS4ERR_RESOURCE in NFSv4.0, NFS4ERR_TOO_MANY_OPS in NFSv4.1 (as Debian's server
-    answers above its limit of 100) -- not GARBAGE_ARGS -- and with no CRIT line. The
-    session stays usable (v4.1: SEQUENCE did not run, the slot did not advance)."""
+    one, whatever its length, is refused without running any operation -- not
+    GARBAGE_ARGS, and with no CRIT line: NFS4ERR_RESOURCE in NFSv4.0 (as Debian's server
+    answers above its limit of 100), NFS4ERR_TOO_MANY_OPS in NFSv4.1 (RFC 8881's error
+    for more operations than the server takes; Debian's answers it above the session's
+    ca_maxoperations). The session stays usable (v4.1: SEQUENCE did not run, the slot
+    did not advance)."""
     g = servers()
     start = log_lines(g)
     refused = nfs.NFS4ERR_TOO_MANY_OPS if minor else nfs.NFS4ERR_RESOURCE
