@@ -6,6 +6,7 @@ client: no retries, no state recovery, no callbacks. (txnfs-nfs, under
 src/compound_bridge/client, is the real client.)
 
     c = Client(port)                       # NFSv4.1: EXCHANGE_ID, CREATE_SESSION, ...
+    c = Client(port, minorversion=0)       # NFSv4.0: no set-up; c.setclientid() if needed
     r = c.compound([op.putrootfh(), op.open_create("a"), op.write_current(b"x"),
                     op.close_current(), op.remove("missing")], tag="txn:demo")
     r.status, r.results[i].op, r.results[i].status, r.results[i].value
@@ -31,15 +32,20 @@ NFS4ERR_EXIST = 17
 NFS4ERR_STALE = 70
 NFS4ERR_SERVERFAULT = 10006
 NFS4ERR_DELAY = 10008
+NFS4ERR_RESOURCE = 10018
+NFS4ERR_BAD_STATEID = 10025
+NFS4ERR_TOO_MANY_OPS = 10070
 
 OP_ACCESS, OP_CLOSE, OP_COMMIT, OP_CREATE = 3, 4, 5, 6
 OP_GETATTR, OP_GETFH, OP_LOOKUP = 9, 10, 15
-OP_OPEN, OP_PUTFH, OP_PUTROOTFH, OP_READ, OP_READDIR = 18, 22, 24, 25, 26
+OP_OPEN, OP_OPEN_CONFIRM, OP_PUTFH, OP_PUTROOTFH, OP_READ, OP_READDIR = 18, 20, 22, 24, 25, 26
 OP_REMOVE, OP_RENAME, OP_RESTOREFH, OP_SAVEFH, OP_SETATTR, OP_WRITE = 28, 29, 31, 32, 34, 38
+OP_SETCLIENTID, OP_SETCLIENTID_CONFIRM = 35, 36
 OP_EXCHANGE_ID, OP_CREATE_SESSION, OP_DESTROY_SESSION = 42, 43, 44
-OP_SEQUENCE, OP_DESTROY_CLIENTID, OP_RECLAIM_COMPLETE = 53, 57, 58
+OP_SEQUENCE, OP_TEST_STATEID, OP_DESTROY_CLIENTID, OP_RECLAIM_COMPLETE = 53, 55, 57, 58
 
 NF4REG, NF4DIR = 1, 2
+OPEN4_RESULT_CONFIRM = 2
 FATTR4_TYPE, FATTR4_CHANGE, FATTR4_SIZE, FATTR4_FILEID, FATTR4_MODE = 1, 3, 4, 20, 33
 FILE_SYNC4 = 2
 OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_WANT_NO_DELEG = 3, 0x0400
@@ -49,7 +55,7 @@ CURRENT_STATEID = struct.pack(">I", 1) + bytes(12)   # RFC 8881 16.2.3.1.2
 ANONYMOUS_STATEID = bytes(16)
 
 NFS_PROGRAM, NFS_V4, NFSPROC4_COMPOUND = 100003, 4, 1
-AUTH_NONE, AUTH_SYS = 0, 1
+AUTH_NONE, AUTH_SYS, RPCSEC_GSS = 0, 1, 6
 
 
 # --------------------------------------------------------------------------
@@ -130,6 +136,10 @@ def attrs_of(words, u: Unpacker) -> dict:
 # operations: each is (opnum, encoded arguments)
 # --------------------------------------------------------------------------
 
+def _share_access(minor):
+    return OPEN4_SHARE_ACCESS_BOTH | (OPEN4_SHARE_ACCESS_WANT_NO_DELEG if minor else 0)
+
+
 class op:
     @staticmethod
     def putrootfh():
@@ -172,16 +182,19 @@ class op:
         return OP_CREATE, u32(NF4DIR) + string(name) + bitmap(FATTR4_MODE) + opaque(u32(mode))
 
     @staticmethod
-    def open_create(name, clientid=0, owner=b"probe", mode=0o644, guarded=False):
-        """OPEN with create (UNCHECKED4, or GUARDED4), read+write, no delegation."""
+    def open_create(name, clientid=0, owner=b"probe", mode=0o644, guarded=False, seqid=0,
+                    minor=1):
+        """OPEN with create (UNCHECKED4, or GUARDED4), read+write, no delegation. NFSv4.0
+        (minor=0): the clientid from SETCLIENTID, the open-owner's seqid, and no
+        delegation wants (an NFSv4.1 flag)."""
         how = u32(GUARDED4 if guarded else UNCHECKED4) + bitmap(FATTR4_MODE) + opaque(u32(mode))
-        return OP_OPEN, (u32(0) + u32(OPEN4_SHARE_ACCESS_BOTH | OPEN4_SHARE_ACCESS_WANT_NO_DELEG)
+        return OP_OPEN, (u32(seqid) + u32(_share_access(minor))
                          + u32(0) + u64(clientid) + opaque(owner)
                          + u32(OPEN4_CREATE) + how + u32(0) + string(name))
 
     @staticmethod
-    def open_existing(name, clientid=0, owner=b"probe"):
-        return OP_OPEN, (u32(0) + u32(OPEN4_SHARE_ACCESS_BOTH | OPEN4_SHARE_ACCESS_WANT_NO_DELEG)
+    def open_existing(name, clientid=0, owner=b"probe", seqid=0, minor=1):
+        return OP_OPEN, (u32(seqid) + u32(_share_access(minor))
                          + u32(0) + u64(clientid) + opaque(owner)
                          + u32(OPEN4_NOCREATE) + u32(0) + string(name))
 
@@ -194,8 +207,24 @@ class op:
         return OP_READ, stateid + u64(offset) + u32(count)
 
     @staticmethod
-    def close(stateid=CURRENT_STATEID):
-        return OP_CLOSE, u32(0) + stateid
+    def close(stateid=CURRENT_STATEID, seqid=0):
+        return OP_CLOSE, u32(seqid) + stateid
+
+    @staticmethod
+    def open_confirm(stateid, seqid):
+        return OP_OPEN_CONFIRM, stateid + u32(seqid)
+
+    @staticmethod
+    def commit(offset=0, count=0):
+        return OP_COMMIT, u64(offset) + u32(count)
+
+    @staticmethod
+    def setattr_size(size, stateid=CURRENT_STATEID):
+        return OP_SETATTR, stateid + bitmap(FATTR4_SIZE) + opaque(u64(size))
+
+    @staticmethod
+    def test_stateid(*stateids):
+        return OP_TEST_STATEID, u32(len(stateids)) + b"".join(stateids)
 
     @staticmethod
     def readdir(maxcount=65536):
@@ -227,6 +256,11 @@ def _cinfo(u):
     return (u.u32(), u.u64(), u.u64())
 
 
+class OpenStateid(bytes):
+    """The stateid an OPEN returned (bytes), with the OPEN's rflags."""
+    rflags = 0
+
+
 def _decode_ok(opnum, u: Unpacker):
     """The value of a successful result of opnum (after its status)."""
     if opnum in (OP_PUTROOTFH, OP_PUTFH, OP_SAVEFH, OP_RESTOREFH, OP_LOOKUP,
@@ -238,6 +272,18 @@ def _decode_ok(opnum, u: Unpacker):
         return u.fattr()
     if opnum == OP_SEQUENCE:
         return (u.take(16), u.u32(), u.u32(), u.u32(), u.u32(), u.u32())
+    if opnum in (OP_OPEN_CONFIRM,):
+        return u.take(16)
+    if opnum == OP_SETATTR:
+        return u.bitmap()
+    if opnum == OP_COMMIT:
+        return u.take(8)
+    if opnum == OP_TEST_STATEID:
+        return [u.u32() for _ in range(u.u32())]
+    if opnum == OP_SETCLIENTID:
+        return (u.u64(), u.take(8))
+    if opnum == OP_SETCLIENTID_CONFIRM:
+        return None
     if opnum == OP_OPEN:
         stateid, cinfo, rflags, attrset = u.take(16), _cinfo(u), u.u32(), u.bitmap()
         deleg = u.u32()
@@ -246,6 +292,8 @@ def _decode_ok(opnum, u: Unpacker):
                 u.u32()
         elif deleg != 0:
             raise ValueError(f"OPEN granted delegation type {deleg}; the probe asks for none")
+        stateid = OpenStateid(stateid)
+        stateid.rflags = rflags
         return stateid
     if opnum == OP_WRITE:
         return (u.u32(), u.u32(), u.take(8))
@@ -298,6 +346,26 @@ def decode_compound_reply(u: Unpacker) -> Reply:
 
 
 # --------------------------------------------------------------------------
+# callback security parameters (callback_sec_parms4, RFC 8881 18.36)
+# --------------------------------------------------------------------------
+
+CREATE_SESSION4_FLAG_CONN_BACK_CHAN = 0x2
+RPC_GSS_SVC_NONE = 1
+
+
+def cb_sec_none():
+    return u32(AUTH_NONE)
+
+
+def cb_sec_sys(uid=0, gid=0, machine="txnfs-probe"):
+    return u32(AUTH_SYS) + u32(0) + string(machine) + u32(uid) + u32(gid) + u32(0)
+
+
+def cb_sec_gss(service=RPC_GSS_SVC_NONE, handle_from_server=b"srv", handle_from_client=b"cli"):
+    return u32(RPCSEC_GSS) + u32(service) + opaque(handle_from_server) + opaque(handle_from_client)
+
+
+# --------------------------------------------------------------------------
 # the connection
 # --------------------------------------------------------------------------
 
@@ -309,8 +377,16 @@ class Client:
     """One TCP connection to 127.0.0.1:port. minorversion 1 sets up a session (and
     RECLAIM_COMPLETE) at once; 0 sends plain COMPOUNDs."""
 
-    def __init__(self, port, minorversion=1, uid=0, gid=0, timeout=60):
+    def __init__(self, port, minorversion=1, uid=0, gid=0, timeout=60, cb_sec_parms=None,
+                 session_flags=0, max_ops=64):
+        """CREATE_SESSION (v4.1): cb_sec_parms, the callback security parameters, a list
+        of cb_sec_none() / cb_sec_sys() / cb_sec_gss() (default: AUTH_NONE);
+        session_flags, its csa_flags (e.g. CREATE_SESSION4_FLAG_CONN_BACK_CHAN); max_ops,
+        the fore channel's ca_maxoperations."""
         self.minor = minorversion
+        self.max_ops = max_ops
+        self.cb_sec_parms = cb_sec_parms if cb_sec_parms is not None else [cb_sec_none()]
+        self.session_flags = session_flags
         self.uid, self.gid = uid, gid
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.xid = int.from_bytes(os.urandom(4), "big")
@@ -385,6 +461,18 @@ class Client:
 
     # -- COMPOUND -------------------------------------------------------------------
 
+    def setclientid(self):
+        """NFSv4.0: SETCLIENTID and SETCLIENTID_CONFIRM (no callback); sets clientid."""
+        assert self.minor == 0
+        owner = b"txnfs-probe-" + os.urandom(8).hex().encode()
+        cb = u32(0x40000000) + string("tcp") + string("127.0.0.1.0.0") + u32(1)
+        r = self.compound([(OP_SETCLIENTID, os.urandom(8) + opaque(owner) + cb)])
+        assert r.status == NFS4_OK, f"SETCLIENTID: {r}"
+        clientid, verifier = r.results[0].value
+        r = self.compound([(OP_SETCLIENTID_CONFIRM, u64(clientid) + verifier)])
+        assert r.status == NFS4_OK, f"SETCLIENTID_CONFIRM: {r}"
+        self.clientid = clientid
+
     def encode(self, ops, tag="", sequence=True, cachethis=False) -> bytes:
         ops = list(ops)
         if self.minor == 1 and sequence:
@@ -407,9 +495,13 @@ class Client:
                             + u32(0) + u32(0))], sequence=False)
         assert r.status == NFS4_OK, f"EXCHANGE_ID: {r}"
         self.clientid, seq = r.results[0].value
-        attrs = u32(0) + u32(2 << 20) + u32(2 << 20) + u32(64 << 10) + u32(64) + u32(8) + u32(0)
-        r = self.compound([(OP_CREATE_SESSION, u64(self.clientid) + u32(seq) + u32(0) + attrs
-                            + attrs + u32(0x40000000) + u32(1) + u32(AUTH_NONE))],
+        def attrs(max_ops):
+            return (u32(0) + u32(2 << 20) + u32(2 << 20) + u32(64 << 10) + u32(max_ops) + u32(8)
+                    + u32(0))
+        r = self.compound([(OP_CREATE_SESSION, u64(self.clientid) + u32(seq)
+                            + u32(self.session_flags) + attrs(self.max_ops) + attrs(64)
+                            + u32(0x40000000)
+                            + u32(len(self.cb_sec_parms)) + b"".join(self.cb_sec_parms))],
                           sequence=False)
         assert r.status == NFS4_OK, f"CREATE_SESSION: {r}"
         self.sessionid = r.results[0].value

@@ -302,3 +302,42 @@ def test_handle_stale_immediately_after_unlink(mnt):
         if r != errno.ESTALE:
             opened.append((f"d{i}", r))
     assert not opened, f"{len(opened)} of 1000 removed objects still opened by handle right after removal: {opened[:5]}"
+
+
+def test_open_file_and_handle_of_an_aborted_creation_are_stale(mnt):
+    """A file a transaction created and that its abort removed never existed: an open
+    file of it, kept past the abort, answers ESTALE to every use -- a write would land
+    in the unlinked backing inode and be lost -- and so does its handle. A file the
+    transaction only changed stays usable through the same kind of open file. (Unlike
+    a plain unlink, after which POSIX keeps an open file usable: the control.)"""
+    m = mnt.path
+    write_file(m / "old", b"old")
+    write_file(m / "unlinked", b"u")
+    plain = os.open(m / "unlinked", os.O_RDWR)
+    os.unlink(m / "unlinked")
+    tid = tl.txn_begin(m)
+    try:
+        new = os.open(m / "new", os.O_RDWR | os.O_CREAT, 0o644)
+        old = os.open(m / "old", os.O_RDWR)
+        os.pwrite(new, b"created", 0)
+        os.pwrite(old, b"OLD", 0)
+        fh = tl.name_to_handle_at(m / "new")
+    finally:
+        assert tl.txn_abort(m, tid) == 0
+    try:
+        uses = {"write": lambda: os.pwrite(new, b"lost", 0), "read": lambda: os.pread(new, 10, 0),
+                "fsync": lambda: os.fsync(new), "truncate": lambda: os.ftruncate(new, 0),
+                "fstat": lambda: os.fstat(new)}
+        for what, use in uses.items():
+            assert tl.errno_of(use) == errno.ESTALE, what
+        assert handle_errno(mnt, fh) == errno.ESTALE
+        assert os.pread(old, 10, 0) == b"old"
+        assert os.pwrite(old, b"new", 0) == 3
+        assert os.pwrite(plain, b"still usable", 0) == 12
+        assert os.pread(plain, 20, 0) == b"still usable"
+    finally:
+        for fd in (new, old, plain):
+            os.close(fd)
+    assert sorted(os.listdir(m)) == ["old"]
+    assert (m / "old").read_bytes() == b"new"
+    assert not (mnt.store.tree / "new").exists()

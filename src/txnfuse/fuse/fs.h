@@ -44,8 +44,9 @@ struct Fs : TxnEnv {
 // The Fs a request belongs to.
 inline Fs &fs_of(fuse_req_t req) { return *static_cast<Fs *>(fuse_req_userdata(req)); }
 
-// The Inode for a nodeid the kernel holds. The kernel only sends nodeids it was
-// given, so a miss is a daemon bug; it yields null and callers reply ESTALE.
+// The Inode for a nodeid the kernel holds, or null (callers reply ESTALE) if the object
+// is gone (Inode::gone: its creation was rolled back). The kernel only sends nodeids
+// it was given, so any other miss is a daemon bug.
 InodePtr inode_of(fuse_req_t req, fuse_ino_t nodeid);
 
 // Looks up `name` in `parent`, adds a kernel lookup, records the object in the

@@ -37,6 +37,10 @@ void Invalidator::entry(uint64_t parent, const std::string &name) {
   cv_.notify_one();
 }
 
+void Invalidator::gone(uint64_t nodeid) {
+  if (InodePtr i = inodes_.get(nodeid)) i->gone = true;
+}
+
 void Invalidator::flush() {
   // The kernel may wait for a request that waits for a mutex held here.
   lock_order::assert_none_held("the kernel's invalidations");

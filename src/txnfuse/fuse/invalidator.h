@@ -1,6 +1,8 @@
 // Invalidator — tells the kernel to drop what it cached about objects and names a
 // finished transaction changed, from a thread of its own: the notify calls take
 // kernel locks that a request handler (or a request waiting on our locks) may hold.
+// An object an abort removed (its transaction had created it) is also marked gone in
+// the daemon's inode table, at once (see Inode::gone).
 #pragma once
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
@@ -11,12 +13,14 @@
 #include <thread>
 
 #include "sync/mutex.h"
+#include "txnfuse/fuse/inode_table.h"
 #include "txnfuse/txn/txn_env.h"
 
 namespace txnfs {
 
 class Invalidator final : public CacheInvalidator {
  public:
+  explicit Invalidator(InodeTable &inodes) : inodes_(inodes) {}
   void start(fuse_session *se);
   void stop() EXCLUDES(mu_);
   void inode(uint64_t nodeid) override EXCLUDES(mu_);
@@ -27,6 +31,7 @@ class Invalidator final : public CacheInvalidator {
   // left stale (after an aborted rename, the old name would still lead to the moved
   // object, and a write to it would land in the wrong file).
   void flush() override EXCLUDES(mu_);
+  void gone(uint64_t nodeid) override;
 
  private:
   struct Item {
@@ -34,6 +39,7 @@ class Invalidator final : public CacheInvalidator {
     std::string name;  // empty: the inode
   };
   void loop() EXCLUDES(mu_);
+  InodeTable &inodes_;
   fuse_session *se_ = nullptr;
   Mutex mu_{LockRank::kInvalidator};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
   CondVar cv_;

@@ -86,6 +86,7 @@ Op::Target Op::on_read(uint64_t nodeid) {
 Op::Target Op::on(uint64_t nodeid, LockMode mode) {
   Target t = on(nodeid);
   if (!t.err) t.err = lock_object(nodeid, mode);
+  if (!t.err && t.inode->gone) t.err = ESTALE;  // its creator aborted while we waited
   return t;
 }
 

@@ -48,7 +48,8 @@ void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
 
 void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info *) { fuse_reply_err(req, 0); }
 
-void op_fsync(fuse_req_t req, fuse_ino_t, int datasync, fuse_file_info *fi) {
+void op_fsync(fuse_req_t req, fuse_ino_t nodeid, int datasync, fuse_file_info *fi) {
+  if (!inode_of(req, nodeid)) return (void)fuse_reply_err(req, ESTALE);
   if (fs_of(req).txns->defers_fsync(fuse_req_ctx(req)->pid)) return (void)fuse_reply_err(req, 0);
   int rc = datasync ? ::fdatasync(fd_of(fi)) : ::fsync(fd_of(fi));
   fuse_reply_err(req, rc == 0 ? 0 : errno);
@@ -65,8 +66,10 @@ void read_committed(fuse_req_t req, Fs &fs, fuse_ino_t nodeid, size_t size, off_
 
 void op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off, fuse_file_info *fi) {
   Op op(req);
-  if (!op.error() && op.plain_isolated()) return read_committed(req, op.fs(), nodeid, size, off, fi);
-  int err = op.error() ? op.error() : op.lock_object(nodeid, LockMode::S);
+  auto [i, err] = op.on(nodeid);
+  if (!err && op.plain_isolated()) return read_committed(req, op.fs(), nodeid, size, off, fi);
+  if (!err) err = op.lock_object(nodeid, LockMode::S);
+  if (!err && i->gone) err = ESTALE;
   if (err) return (void)fuse_reply_err(req, err);
   fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
   buf.buf[0].flags = fuse_buf_flags(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
@@ -112,7 +115,8 @@ void op_fallocate(fuse_req_t req, fuse_ino_t nodeid, int mode, off_t off, off_t 
 
 void op_lseek(fuse_req_t req, fuse_ino_t nodeid, off_t off, int whence, fuse_file_info *fi) {
   Op op(req);
-  int err = op.error() ? op.error() : op.plain_isolated() ? 0 : op.lock_object(nodeid, LockMode::S);
+  auto [i, err] = op.on(nodeid);
+  if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
   if (err) return (void)fuse_reply_err(req, err);
   off_t r = ::lseek(fd_of(fi), off, whence);
   if (r < 0) fuse_reply_err(req, errno);
@@ -123,8 +127,8 @@ void op_copy_file_range(fuse_req_t req, fuse_ino_t in_node, off_t off_in,
                         fuse_file_info *fi_in, fuse_ino_t out_node, off_t off_out,
                         fuse_file_info *fi_out, size_t len, int flags) {
   Op op(req);
-  InodePtr out_i = inode_of(req, out_node);
-  int err = op.error() ? op.error() : !out_i ? ESTALE : op.lock_object(in_node, LockMode::S);
+  InodePtr in_i = inode_of(req, in_node), out_i = inode_of(req, out_node);
+  int err = op.error() ? op.error() : !in_i || !out_i ? ESTALE : op.lock_object(in_node, LockMode::S);
   if (!err) err = op.lock_object(out_node, LockMode::X);
   if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *out_i, off_out, len);
   if (err) return (void)fuse_reply_err(req, err);

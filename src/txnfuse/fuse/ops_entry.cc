@@ -23,7 +23,8 @@ namespace txnfs {
 InodePtr inode_of(fuse_req_t req, fuse_ino_t nodeid) {
   Fs &fs = fs_of(req);
   if (nodeid == FUSE_ROOT_ID) return fs.root;
-  return fs.inodes.get(nodeid);
+  InodePtr i = fs.inodes.get(nodeid);
+  return i && !i->gone ? i : nullptr;
 }
 
 namespace {

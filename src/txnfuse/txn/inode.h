@@ -27,6 +27,12 @@ struct Inode {
   // Set once a transaction has changed the object: plain opens of it then bypass the
   // page cache (a transaction's writes move the kernel's shared file size).
   mutable std::atomic<bool> txn_written{false};
+  // Set when an aborted transaction's creation of the object is undone: the object
+  // never existed, and every request through its nodeid or an open file of it answers
+  // ESTALE -- the backing inode it still holds is unlinked, and a write acknowledged
+  // into it would be lost. (An object removed by a plain unlink is different: POSIX
+  // keeps it usable through open files.)
+  std::atomic<bool> gone{false};
 
   Inode() = default;
   Inode(const Inode &) = delete;

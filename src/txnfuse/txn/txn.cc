@@ -262,7 +262,10 @@ int TxnManager::finish(TxnPtr t, bool commit) {
         for (auto &p : r.problems) spdlog::error("abort of {}: {}", t->id(), p);
         // An incomplete rollback is an error the caller must hear of.
         if (!r.problems.empty()) err = EIO;
-        for (auto &obj : r.removed) env_.db->remove_handle(env_.nodeid_of(obj.ino));
+        for (auto &obj : r.removed) {
+          env_.db->remove_handle(env_.nodeid_of(obj.ino));
+          env_.cache->gone(env_.nodeid_of(obj.ino));  // before its locks are released
+        }
         for (auto &obj : r.touched) env_.cache->inode(env_.nodeid_of(obj.ino));
       }
       for (auto it = row_names.rbegin(); it != row_names.rend(); ++it)

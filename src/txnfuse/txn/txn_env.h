@@ -21,13 +21,17 @@ namespace txnfs {
 
 // Drops what a cache in front of the tree holds about an object or a name (for the
 // daemon: the kernel's dentry, attribute, page and listing caches). inode() and entry()
-// queue; flush() returns once everything queued before it has been dropped.
+// queue; flush() returns once everything queued before it has been dropped. gone()
+// acts at once: an abort removed the object, which its transaction had created, so
+// what still refers to it (for the daemon: its Inode, reached by nodeid and by open
+// files) must fail from now on instead of reaching the unlinked backing object.
 class CacheInvalidator {
  public:
   virtual ~CacheInvalidator() = default;
   virtual void inode(uint64_t nodeid) = 0;
   virtual void entry(uint64_t parent, const std::string &name) = 0;
   virtual void flush() = 0;
+  virtual void gone(uint64_t nodeid) = 0;
 };
 
 // For a core with no cache in front of it (unit tests, tools).
@@ -36,6 +40,7 @@ class NoCache final : public CacheInvalidator {
   void inode(uint64_t) override {}
   void entry(uint64_t, const std::string &) override {}
   void flush() override {}
+  void gone(uint64_t) override {}
 };
 
 struct TxnEnv {
