@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <thread>
 
 namespace txnfs {
 
@@ -16,6 +18,7 @@ void CommittedView::record(uint64_t txid, uint64_t dir, const std::string &name,
 
 void CommittedView::forget(uint64_t txid) {
   MutexLock g(mu_);
+  forgotten_.fetch_add(1, std::memory_order_acq_rel);
   std::erase_if(objects_, [&](auto &kv) { return kv.second.txid == txid; });
   auto t = by_txn_.find(txid);
   if (t == by_txn_.end()) return;
@@ -83,6 +86,19 @@ std::optional<ObjectBefore> CommittedView::object(uint64_t nodeid) {
 }
 
 ssize_t CommittedView::read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) {
+  // Each retry means another transaction finished meanwhile (or is about to: its log
+  // goes just before it is forgotten), so this ends as soon as the mount is quiet for
+  // one pread; the bound only turns a bug into an error instead of a spin.
+  for (int attempt = 0; attempt < 100000; attempt++) {
+    uint64_t before = forgotten_.load(std::memory_order_acquire);
+    ssize_t n = read_once(nodeid, fd, buf, size, off);
+    if (n != -EAGAIN && forgotten_.load(std::memory_order_acquire) == before) return n;
+    if (n == -EAGAIN) std::this_thread::yield();
+  }
+  return -EIO;
+}
+
+ssize_t CommittedView::read_once(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) {
   ssize_t n = ::pread(fd, buf, size, off);
   if (n < 0) return -errno;
   auto b = object(nodeid);
@@ -94,7 +110,7 @@ ssize_t CommittedView::read(uint64_t nodeid, int fd, char *buf, size_t size, off
     uint64_t lo = std::max(a, start), hi = std::min(v.first, start + len);
     if (lo >= hi) continue;
     UniqueFd dfd(::openat(b->log.get(), v.second.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!dfd) continue;  // the transaction committed meanwhile: the tree is current
+    if (!dfd) return -EAGAIN;  // the transaction committed meanwhile: read again
     if (::pread(dfd.get(), buf + (lo - start), hi - lo, off_t(lo)) < 0) return -EIO;
   }
   return ssize_t(len);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -81,6 +82,12 @@ class CommittedView {
   // Committed bytes of `nodeid` at [off, off+size), read from `fd` (the object) and
   // patched with what an open transaction saved before overwriting; cut at the
   // committed size. Returns the length, or -errno.
+  //
+  // A transaction may finish while this reads: the bytes read from the tree before
+  // then may be its uncommitted (even half-written) ones, and the saved ranges that
+  // would have hidden them go with its log. So a read during which any transaction
+  // was forgotten, or that finds a saved range gone, is done again; one that saw no
+  // transaction finish is consistent by the order above.
   ssize_t read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) EXCLUDES(mu_);
   // Corrects `st` (read from the tree) to the committed attributes. Returns false when
   // an open transaction changed them (they may still change: do not cache them).
@@ -93,6 +100,10 @@ class CommittedView {
   std::vector<ListedEntry> listing(uint64_t dir, DIR *dp) EXCLUDES(mu_);
 
  private:
+  // One attempt of read(); -EAGAIN when a saved range was gone.
+  ssize_t read_once(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) EXCLUDES(mu_);
+  // Transactions forgotten so far (read() compares it before and after).
+  std::atomic<uint64_t> forgotten_{0};
   Mutex mu_{LockRank::kCommittedView};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
   struct Noted {
     uint64_t txid;
