@@ -241,3 +241,19 @@ TEST_CASE("what the CLI prints for operations and for a COMPOUND that does not f
         "the COMPOUND does not fit: 4288120 request bytes (the session allows 1048576); "
         "the first 244 of its 1000 operations fit");
 }
+
+TEST_CASE("a COMPOUND refused as a whole gets a hint; a failed operation does not") {
+  CompoundResult r;
+  r.nfs_ops = 16500;
+  r.status = kNfs4ErrTooManyOps;  // the patched server, NFSv4.1, above its limit
+  CHECK(refusal_hint(r) ==
+        "the server refused the COMPOUND as a whole (no operation ran); it takes fewer "
+        "operations per COMPOUND than this one's 16500");
+  r.status = kNfs4ErrResource;  // stock Ganesha 4.3, above its 100
+  CHECK(refusal_hint(r).find("at most 100 operations") != std::string::npos);
+  r.nfs_results = 3;  // an operation failed with it: not a refusal of the whole
+  CHECK(refusal_hint(r).empty());
+  r.nfs_results = 0;
+  r.status = kNfs4ErrDelay;
+  CHECK(refusal_hint(r).empty());
+}

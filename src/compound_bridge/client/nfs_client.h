@@ -51,6 +51,7 @@ class CallRefused : public Error {
 inline constexpr uint32_t kNfs4Ok = 0;
 inline constexpr uint32_t kNfs4ErrDelay = 10008;
 inline constexpr uint32_t kNfs4ErrResource = 10018;
+inline constexpr uint32_t kNfs4ErrTooManyOps = 10070;
 
 // "NFS4ERR_NOENT" for 2, "NFS4_OK" for 0, "NFS4ERR_<number>" for unknown values.
 std::string status_name(uint32_t status);

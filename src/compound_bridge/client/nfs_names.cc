@@ -5,7 +5,7 @@
 namespace txnfs::nfs {
 
 static_assert(kNfs4Ok == NFS4_OK && kNfs4ErrDelay == NFS4ERR_DELAY &&
-              kNfs4ErrResource == NFS4ERR_RESOURCE);
+              kNfs4ErrResource == NFS4ERR_RESOURCE && kNfs4ErrTooManyOps == NFS4ERR_TOO_MANY_OPS);
 
 std::string status_name(uint32_t status) {
 #define NAME(s) \

@@ -164,9 +164,12 @@ nlohmann::ordered_json fit_json(const Fit &fit, size_t ops) {
 }
 
 std::string refusal_hint(const CompoundResult &r) {
-  if (r.status != kNfs4ErrResource || r.nfs_results != 0) return "";
+  bool too_many = r.status == kNfs4ErrTooManyOps;  // v4.1: more than the server takes
+  if ((r.status != kNfs4ErrResource && !too_many) || r.nfs_results != 0) return "";
   std::string hint = "the server refused the COMPOUND as a whole (no operation ran)";
-  if (r.nfs_ops > kGaneshaMaxOperations) {
+  if (too_many) {
+    hint += fmt::format("; it takes fewer operations per COMPOUND than this one's {}", r.nfs_ops);
+  } else if (r.nfs_ops > kGaneshaMaxOperations) {
     hint += fmt::format(
         "; NFS-Ganesha 4.3 takes at most {} operations per COMPOUND (NFS4_MAX_OPERATIONS) "
         "whatever the session granted, and this one has {}",
