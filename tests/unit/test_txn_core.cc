@@ -58,16 +58,12 @@ struct Core {
   std::string p(const std::string &rel) const { return env.paths.tree + "/" + rel; }
 
   InodePtr inode(const std::string &rel) {
-    auto i = std::make_shared<Inode>();
-    i->fd = ::open(rel.empty() ? env.paths.tree.c_str() : p(rel).c_str(),
-                   O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    REQUIRE(i->fd >= 0);
-    BackingId b = backing_id(i->fd);
-    i->ino = b.ino;
-    i->generation = b.generation;
-    i->fh = b.fh;
-    i->nodeid = env.nodeid_of(b.ino);
-    return i;
+    int fd = ::open(rel.empty() ? env.paths.tree.c_str() : p(rel).c_str(),
+                    O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    struct stat st;
+    REQUIRE(::fstat(fd, &st) == 0);
+    return make_inode(fd, env.nodeid_of(st.st_ino), st);
   }
   // Begins a transaction bound to the calling thread; returns it.
   TxnPtr begin() {

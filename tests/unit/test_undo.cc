@@ -272,18 +272,10 @@ struct Recording {
 
   // The object `rel` names, as the daemon's inode table would hold it.
   InodePtr inode(const std::string &rel) {
-    auto i = std::make_shared<Inode>();
-    i->fd = ::open(e.p(rel).c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (i->fd < 0) die("open O_PATH " + rel);
-    BackingId b = backing_id(i->fd);
+    int fd = ::open(e.p(rel).c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
-    if (::fstat(i->fd, &st) != 0) die("fstat " + rel);
-    i->ino = b.ino;
-    i->generation = b.generation;
-    i->fh = b.fh;
-    i->type = st.st_mode & S_IFMT;
-    i->nodeid = env.nodeid_of(b.ino);
-    return i;
+    if (fd < 0 || ::fstat(fd, &st) != 0) die("open O_PATH " + rel);
+    return make_inode(fd, env.nodeid_of(st.st_ino), st);
   }
   struct stat lstat_of(const std::string &rel) {
     struct stat st;

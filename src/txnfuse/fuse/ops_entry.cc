@@ -50,8 +50,7 @@ void fill_entry(const Fs &fs, const Inode &i, const struct stat &st, fuse_entry_
 // Records the object behind `i` in the handle table: always for a fresh object,
 // otherwise only when the table has no row for it yet (created before txnfs knew
 // the tree, or its row was lost to a crash) or an outdated one.
-void record_handle(Fs &fs, const Inode &i, const BackingId &id, uint64_t parent,
-                   const char *name, bool fresh) {
+void record_handle(Fs &fs, const Inode &i, uint64_t parent, const char *name, bool fresh) {
   if (!fresh) {
     auto row = fs.db->handle(i.nodeid);
     if (row && row->generation == i.generation && row->ino == i.ino) return;
@@ -60,7 +59,7 @@ void record_handle(Fs &fs, const Inode &i, const BackingId &id, uint64_t parent,
   row.nodeid = i.nodeid;
   row.generation = i.generation;
   row.ino = i.ino;
-  row.fh = id.fh;
+  row.fh = i.fh;
   row.type = i.type;
   if (is_real_name(name)) {
     row.parent = parent;
@@ -82,15 +81,8 @@ int lookup_fd(Fs &fs, UniqueFd fd, uint64_t parent, const char *name, bool fresh
     fill_entry(fs, *known, st, e);
     return 0;
   }
-  auto i = std::make_shared<Inode>();
-  i->fd = fd.release();
-  i->ino = st.st_ino;
-  i->nodeid = nodeid;
-  i->type = st.st_mode & S_IFMT;
-  BackingId id = backing_id(i->fd);
-  i->generation = id.generation;
-  i->fh = id.fh;
-  record_handle(fs, *i, id, parent, name, fresh);
+  InodePtr i = make_inode(fd.release(), nodeid, st);
+  record_handle(fs, *i, parent, name, fresh);
   i = fs.inodes.add_lookup(i);
   fill_entry(fs, *i, st, e);
   return 0;
@@ -422,17 +414,11 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
 // object it gets its handle row at once (an abort's undo removes the whiteout and
 // reports it, and its row goes then).
 void record_whiteout(Fs &fs, const InodePtr &parent, const char *name) {
-  auto w = std::make_shared<Inode>();
-  w->fd = ::openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  UniqueFd fd(::openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   struct stat st;
-  if (w->fd < 0 || stat_fd(w->fd, &st) != 0) return;
-  BackingId id = backing_id(w->fd);
-  w->ino = st.st_ino;
-  w->nodeid = fs.nodeid_of(st.st_ino);
-  w->type = st.st_mode & S_IFMT;
-  w->generation = id.generation;
-  w->fh = id.fh;
-  record_handle(fs, *w, id, parent->nodeid, name, true);
+  if (!fd || stat_fd(fd.get(), &st) != 0) return;
+  InodePtr w = make_inode(fd.release(), fs.nodeid_of(st.st_ino), st);
+  record_handle(fs, *w, parent->nodeid, name, true);
 }
 
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,

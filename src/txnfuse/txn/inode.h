@@ -6,6 +6,7 @@
 // (fuse/inode_table.h) keeps one per nodeid the kernel holds; the transaction core
 // reads the identity and the fd.
 #pragma once
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "store/backing.h"
 
 namespace txnfs {
 
@@ -43,5 +46,19 @@ struct Inode {
 };
 
 using InodePtr = std::shared_ptr<Inode>;
+
+// An Inode for the object behind `fd` (O_PATH, O_NOFOLLOW), which it takes over;
+// `st` is that object's stat, `nodeid` the one the kernel sees for it.
+inline InodePtr make_inode(int fd, uint64_t nodeid, const struct stat &st) {
+  auto i = std::make_shared<Inode>();
+  i->fd = fd;
+  BackingId id = backing_id(fd);
+  i->ino = st.st_ino;
+  i->nodeid = nodeid;
+  i->type = st.st_mode & S_IFMT;
+  i->generation = id.generation;
+  i->fh = id.fh;
+  return i;
+}
 
 }  // namespace txnfs

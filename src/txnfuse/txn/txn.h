@@ -38,7 +38,6 @@
 namespace txnfs {
 
 struct TxnEnv;
-struct UndoStep;
 
 // What a transaction did to one object; guarded by Txn::mu.
 struct TouchedObject {
