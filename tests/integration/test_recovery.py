@@ -229,11 +229,15 @@ def test_fsck_reports_logs_without_records_and_records_without_logs(mnt):
     store = mnt.store
     store.execute("DELETE FROM txns")                    # a log without its record
     store.execute("INSERT INTO txns(id, state, uid, pid, flags) VALUES (777, 'active', 0, 1, 0)")
+    # a committed record whose log is gone: what cleanup leaves for a moment (fsck waits
+    # to see whether it goes), and for good if the daemon died in between
+    store.execute("INSERT INTO txns(id, state, uid, pid, flags) VALUES (778, 'committed', 0, 1, 0)")
     p = fsck(store)
     out = tl.output_of(p)
     assert p.returncode == 1, out
     assert re.search(rf"backups/{txid} .*has no transaction record", out), out
     assert re.search(r"transaction record 777 \(active\) has no undo log", out), out
+    assert re.search(r"transaction record 778 \(committed\) has no undo log", out), out
     p = fsck(store, "--repair")
     assert p.returncode == 0, tl.output_of(p)
     assert "repaired: recovery rolled back 1 transaction" in p.stdout, p.stdout
