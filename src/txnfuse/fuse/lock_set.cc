@@ -95,7 +95,15 @@ int acquire_lock_set(Fs &fs, Txn &t, std::string_view records,
   if (t.state.load() != TXNFS_ACTIVE) return ENOENT;
   if (fs.locks.counts(t).first != 0) return EBUSY;
   stall::expect_wait(timeout);  // waiting up to the set's timeout is not a stall
-  return fs.locks.acquire_set(t, set, timeout);
+  if (int err = fs.locks.acquire_set(t, set, timeout)) return err;
+  // Ended while it waited (its owner died: the reaper aborted it, releasing what it held,
+  // which was nothing yet): the locks just granted must not outlive it.
+  int s = t.state.load();
+  if (s != TXNFS_ACTIVE && s != TXNFS_ABORT_ONLY) {
+    fs.locks.release_all(t);
+    return ENOENT;
+  }
+  return 0;
 }
 
 }  // namespace txnfs
