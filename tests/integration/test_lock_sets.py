@@ -96,20 +96,20 @@ def test_many_conflicting_compounds_all_commit_without_delay(mnt, servers):
                 order = fhs[i % 3:] + fhs[:i % 3]
                 data = f"{i}.{k}".encode()
                 r = c.compound(writes(*[(fh, data) for fh in order]), tag=f"txn:{i}.{k}")
-                statuses.append(r.status)
+                statuses.append(r.status if r.status == OK else (f"{i}.{k}", r.statuses()))
                 # The three files, read in one transactional COMPOUND (predeclared S).
                 ops = []
                 for fh in fhs:
                     ops += [op.putfh(fh), op.read(16)]
                 r = c.compound(ops, tag=f"txn:read{i}.{k}")
-                statuses.append(r.status)
+                statuses.append(r.status if r.status == OK else (f"read{i}.{k}", r.statuses()))
                 got = {res.value[1] for res in r.results if res.op == nfs.OP_READ}
                 assert len(got) == 1, f"a reader saw a mix of COMPOUNDs: {got}"
         return statuses
 
     with ThreadPoolExecutor(6) as ex:
         results = [f.result(timeout=300) for f in [ex.submit(client, i) for i in range(6)]]
-    assert all(s == OK for st in results for s in st), results
+    assert all(s == OK for st in results for s in st), (results, g.bridge_lines()[-20:])
     assert len({(mnt.path / n).read_bytes() for n in names}) == 1
     c = counters(mnt)
     assert c["deadlocks"] == 0 and c["timeouts"] == 0 and c["lock_set_timeouts"] == 0, c
