@@ -32,9 +32,24 @@ struct txnfs_ioc_status {
   char json[8184];
 };
 
+// A piece of a predeclared lock set (txnfs_lock_set): whole records only. The daemon
+// collects the pieces of a transaction (FIRST starts over) and, at LAST, resolves and
+// acquires the set. The size keeps the struct within _IOC_SIZE's 14 bits.
+#define TXNFS_LOCK_SET_FIRST 1u
+#define TXNFS_LOCK_SET_LAST 2u
+struct txnfs_ioc_lock_set {
+  uint64_t id;
+  uint32_t timeout_ms;
+  uint32_t flags;  // TXNFS_LOCK_SET_*
+  uint32_t len;    // bytes of data used
+  uint32_t reserved;  // 0
+  uint8_t data[16352];
+};
+
 #define TXNFS_IOC_BEGIN _IOWR(TXNFS_IOC_MAGIC, 1, struct txnfs_ioc_begin)
 #define TXNFS_IOC_COMMIT _IOW(TXNFS_IOC_MAGIC, 2, struct txnfs_ioc_id)
 #define TXNFS_IOC_ABORT _IOW(TXNFS_IOC_MAGIC, 3, struct txnfs_ioc_id)
 #define TXNFS_IOC_INFO _IOWR(TXNFS_IOC_MAGIC, 4, struct txnfs_info)
 #define TXNFS_IOC_STATUS _IOR(TXNFS_IOC_MAGIC, 5, struct txnfs_ioc_status)
 #define TXNFS_IOC_LOCK_TIMEOUT _IOW(TXNFS_IOC_MAGIC, 6, struct txnfs_ioc_lock_timeout)
+#define TXNFS_IOC_LOCK_SET _IOW(TXNFS_IOC_MAGIC, 7, struct txnfs_ioc_lock_set)

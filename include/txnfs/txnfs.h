@@ -66,6 +66,36 @@ int txnfs_info(const char *mount_path, txnfs_id_t id, struct txnfs_info *info);
  * quickly instead of after the mount's default. */
 int txnfs_set_lock_timeout(const char *mount_path, txnfs_id_t id, uint32_t ms);
 
+/* Predeclared lock sets (docs/isolation.md): a transaction that knows what it will touch
+ * before its first request acquires all of it at once. RECORDS is a sequence of
+ * struct txnfs_lock_rec, each followed by its name (name_len bytes) and zero padding to
+ * a multiple of 8 bytes. NODE and CHILD records define references, numbered from 0 in
+ * order: NODE an object by nodeid (`node`; 1 is the mount's root), CHILD the object the
+ * name `name` of reference `ref` (a directory) designates. LOCK_OBJECT asks `mode` on
+ * reference `ref`, LOCK_ENTRY `mode` on the entry `name` of directory `ref`. The daemon
+ * resolves references without waiting; a reference it cannot resolve (an unknown
+ * nodeid, a name that does not exist) and the locks on it are left out: its requests
+ * lock one by one as usual. Then every lock is granted at once, or none: the call waits
+ * up to TIMEOUT_MS, holding none of them, until the whole set can be granted
+ * (-ETIMEDOUT then). The transaction must not hold locks yet (-EBUSY). */
+enum txnfs_lock_rec_kind {
+  TXNFS_REC_NODE = 1,
+  TXNFS_REC_CHILD = 2,
+  TXNFS_REC_LOCK_OBJECT = 3,
+  TXNFS_REC_LOCK_ENTRY = 4,
+};
+enum txnfs_lock_mode { TXNFS_LOCK_IS = 0, TXNFS_LOCK_IX = 1, TXNFS_LOCK_S = 2, TXNFS_LOCK_X = 3 };
+struct txnfs_lock_rec {
+  uint8_t kind;      /* enum txnfs_lock_rec_kind */
+  uint8_t mode;      /* enum txnfs_lock_mode (LOCK_*) */
+  uint16_t name_len; /* CHILD, LOCK_ENTRY: 1..255 */
+  uint32_t ref;      /* CHILD, LOCK_*: an earlier reference */
+  uint64_t node;     /* NODE */
+};
+#define TXNFS_LOCK_REC_NAME_MAX 255
+int txnfs_lock_set(const char *mount_path, txnfs_id_t id, const void *records, size_t len,
+                   uint32_t timeout_ms);
+
 /* A buffer of this size always holds the status text and its NUL. */
 #define TXNFS_STATUS_JSON_MAX 8192
 

@@ -5,7 +5,9 @@
  * txnfs_bridge_open(TXNFS_BRIDGE_ABI, ...). Then, for every COMPOUND, on the worker
  * thread that decodes it and runs all of its operations:
  *
- *   begin(minorversion, tag)      after decoding, before the first operation
+ *   begin(minorversion, tag, ops) after decoding, before the first operation; OPS
+ *                                 describes every operation of the COMPOUND (what the
+ *                                 bridge needs to predeclare its locks)
  *     RUN      run the COMPOUND as usual; end is not called
  *     RUN_TXN  a transaction is open and bound to this thread; call end
  *     REFUSE   run no operation; answer the COMPOUND with `status` and no results
@@ -36,7 +38,7 @@
 extern "C" {
 #endif
 
-#define TXNFS_BRIDGE_ABI 1
+#define TXNFS_BRIDGE_ABI 2
 
 /* The statuses the bridge answers with (values from RFC 7530 / RFC 8881). */
 #define TXNFS_BRIDGE_NFS4_OK 0
@@ -57,9 +59,25 @@ struct txnfs_bridge_verdict {
   uint32_t status; /* nfsstat4 for REFUSE, REWRITE and COLLAPSE; else 0 */
 };
 
+/* One operation of a COMPOUND, as decoded: what names the objects it acts on. The
+ * pointers point into the decoded arguments and live until begin returns. */
+#define TXNFS_BRIDGE_OP_CREATE 1u    /* OPEN: OPEN4_CREATE */
+#define TXNFS_BRIDGE_OP_CLAIM_FH 2u  /* OPEN: the current filehandle (CLAIM_FH) */
+#define TXNFS_BRIDGE_OP_CLAIM_NULL 4u  /* OPEN: `name` in the current directory */
+struct txnfs_bridge_op {
+  uint32_t opcode;    /* nfs_opnum4 */
+  uint32_t flags;     /* TXNFS_BRIDGE_OP_* */
+  const void *fh;     /* PUTFH: the filehandle */
+  const char *name;   /* LOOKUP, CREATE, OPEN (CLAIM_NULL), REMOVE, LINK: the name;
+                         RENAME: the old name */
+  const char *name2;  /* RENAME: the new name */
+  uint32_t fh_len, name_len, name2_len, reserved;
+};
+
 struct txnfs_bridge_ops {
   struct txnfs_bridge_verdict (*begin)(uint32_t minorversion, const char *tag,
-                                       uint32_t tag_len);
+                                       uint32_t tag_len, const struct txnfs_bridge_op *ops,
+                                       uint32_t ops_len);
   struct txnfs_bridge_verdict (*end)(uint32_t status, int replay);
 };
 

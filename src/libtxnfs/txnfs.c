@@ -79,6 +79,47 @@ int txnfs_set_lock_timeout(const char *mount_path, txnfs_id_t id, uint32_t ms) {
   return control(mount_path, TXNFS_IOC_LOCK_TIMEOUT, &arg);
 }
 
+/* Bytes of the record at P (of LEFT bytes), or 0 if it is cut short. */
+static size_t lock_rec_size(const uint8_t *p, size_t left) {
+  struct txnfs_lock_rec r;
+  if (left < sizeof r) return 0;
+  memcpy(&r, p, sizeof r);
+  size_t n = (sizeof r + r.name_len + 7) & ~(size_t)7;
+  return n <= left ? n : 0;
+}
+
+int txnfs_lock_set(const char *mount_path, txnfs_id_t id, const void *records, size_t len,
+                   uint32_t timeout_ms) {
+  if (records == NULL && len != 0) return -EINVAL;
+  struct txnfs_ioc_lock_set *arg = calloc(1, sizeof *arg); /* 16 KiB: not on the stack */
+  if (arg == NULL) return -ENOMEM;
+  const uint8_t *p = records;
+  size_t done = 0;
+  int rc = 0;
+  arg->id = id;
+  arg->timeout_ms = timeout_ms;
+  arg->flags = TXNFS_LOCK_SET_FIRST;
+  do { /* pieces of whole records; an empty set is one empty piece */
+    arg->len = 0;
+    while (done < len) {
+      size_t n = lock_rec_size(p + done, len - done);
+      if (n == 0 || n > sizeof arg->data) {
+        free(arg);
+        return -EINVAL;
+      }
+      if (arg->len + n > sizeof arg->data) break;
+      memcpy(arg->data + arg->len, p + done, n);
+      arg->len += (uint32_t)n;
+      done += n;
+    }
+    if (done == len) arg->flags |= TXNFS_LOCK_SET_LAST;
+    rc = control(mount_path, TXNFS_IOC_LOCK_SET, arg);
+    arg->flags = 0;
+  } while (rc == 0 && done < len);
+  free(arg);
+  return rc;
+}
+
 int txnfs_status_json(const char *mount_path, char *buf, size_t len) {
   if (buf == NULL || len == 0) return -EINVAL;
   /* 8 KiB: on the heap rather than on the caller's (possibly small) thread stack */

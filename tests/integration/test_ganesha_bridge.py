@@ -461,10 +461,11 @@ def wait_for_waiters(mnt, n):
 
 def test_lock_timeout_answers_delay_and_rolls_back(mnt, servers):
     """The bridge's lock_timeout_ms (default 250 ms), not the mount's 10 s, bounds the
-    wait of a transactional COMPOUND."""
+    wait of a transactional COMPOUND (inside a FUSE request: with predeclared lock sets
+    off, so that the COMPOUND waits there and not before its first operation)."""
     for name in ("x", "y"):
         tl.write_file(mnt.path / name, b"orig")
-    g = servers()
+    g = servers(bridge_options={"lock_set_timeout_ms": "0"})
     with nfs.Client(g.port) as c:
         fx, fy = fh_of(c, "x"), fh_of(c, "y")
         holder = LocalTxn(mnt.path)
@@ -485,10 +486,12 @@ def test_lock_timeout_answers_delay_and_rolls_back(mnt, servers):
 def test_deadlock_victim_answers_delay_and_rolls_back(mnt, servers):
     """Local T1 holds x, local T3 holds z. The NFS COMPOUND T2 writes y, then waits for z.
     T1 then waits for y (held by T2). When T3 commits, T2 goes on to write x: that closes
-    the cycle T2 -> T1 -> T2, and T2, the requester, is the victim."""
+    the cycle T2 -> T1 -> T2, and T2, the requester, is the victim. (Predeclared lock
+    sets off: with them T2 would wait for all three before writing y, holding nothing,
+    test_lock_sets.py.)"""
     for name in ("x", "y", "z"):
         tl.write_file(mnt.path / name, b"orig")
-    g = servers()
+    g = servers(bridge_options={"lock_set_timeout_ms": "0"})
     with nfs.Client(g.port) as c, ThreadPoolExecutor(max_workers=1) as nfs_thread:
         fx, fy, fz = fh_of(c, "x"), fh_of(c, "y"), fh_of(c, "z")
         t1, t3 = LocalTxn(mnt.path), LocalTxn(mnt.path)

@@ -122,6 +122,38 @@ TEST_CASE("entry locks are independent of each other and of other directories") 
   lm.release_all(b);
 }
 
+TEST_CASE("a lock set is granted whole or not at all, and its waiter blocks no one") {
+  LockManager lm;
+  LockOwner holder(1), set(2), single(3);
+  REQUIRE(lm.acquire(holder, kB, LockMode::X, kLong) == 0);
+  // kA is free but kB is not: nothing is granted, not even kA.
+  CHECK(lm.acquire_set(set, {{kA, LockMode::X}, {kB, LockMode::X}}, 50ms) == ETIMEDOUT);
+  CHECK(lm.counts(set).first == 0);
+  CHECK(lm.set_timeouts() == 1);
+  std::atomic<int> got{-1};
+  std::thread t([&] { got = lm.acquire_set(set, {{kA, LockMode::X}, {kB, LockMode::S}}, kLong); });
+  while (lm.set_waits() < 2) std::this_thread::yield();  // the first call waited too
+  // While the set waits, kA stays free: a single request takes it and gives it back,
+  // and waiting on a set closes no cycle for anyone.
+  CHECK(lm.acquire(single, kA, LockMode::X, kLong) == 0);
+  lm.release_all(single);
+  lm.release_all(holder);
+  t.join();
+  CHECK(got == 0);
+  CHECK(lm.counts(set).first == 2);
+  CHECK(lm.acquire(single, kB, LockMode::S, kLong) == 0);  // the set holds kB in S
+  lm.release_all(single);
+  lm.release_all(set);
+}
+
+TEST_CASE("duplicate keys of a set merge into the weakest covering mode") {
+  LockManager lm;
+  LockOwner set(1), other(2);
+  REQUIRE(lm.acquire_set(set, {{kA, LockMode::IX}, {kA, LockMode::S}}, kLong) == 0);
+  CHECK(lm.acquire(other, kA, LockMode::IS, 10ms, false) == EDEADLK);  // IX+S = X
+  lm.release_all(set);
+}
+
 TEST_CASE("interval sets report what is missing and merge what is added") {
   IntervalSet s;
   using V = std::vector<std::pair<uint64_t, uint64_t>>;

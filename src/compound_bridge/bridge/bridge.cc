@@ -6,7 +6,12 @@
 //   begin  txnfs_begin(mount, TXNFS_BIND_THREAD): every file-system call the worker
 //          thread makes for the COMPOUND's operations joins the transaction. If it
 //          cannot begin, the COMPOUND is refused without running any operation -- it
-//          must never run outside the transaction its client asked for.
+//          must never run outside the transaction its client asked for. Then the
+//          COMPOUND's lock set (lock_plan.h) is acquired at once, before any operation
+//          runs, waiting up to lock_set_timeout_ms: the worker holds no lock of
+//          Ganesha's, the kernel's or txnfs's yet, so conflicting COMPOUNDs queue here
+//          instead of timing out inside FUSE requests. A set not granted in time:
+//          NFS4ERR_DELAY, no operation run.
 //   end    status NFS4_OK      commit; if the commit fails (it is rolled back), the reply
 //                              is collapsed into one NFS4ERR_DELAY: the client must not
 //                              see results of operations that did not take effect.
@@ -28,7 +33,10 @@
 #include <string>
 #include <string_view>
 
+#include <fcntl.h>
+
 #include "config.h"
+#include "lock_plan.h"
 #include "log.h"
 #include "txnfs.h"
 #include "txnfs_bridge.h"
@@ -39,11 +47,13 @@ namespace {
 // Written once by txnfs_bridge_open before Ganesha calls begin/end; read-only afterwards.
 Config config;
 Log logger;
+uint64_t root_nodeid = 0;  // the export root's FUSE nodeid (PUTROOTFH), 0: unknown
 
 struct OpenTxn {
   txnfs_id_t id;
   uint32_t minorversion;
   std::string tag;  // for log lines only
+  bool complete_set = false;  // every lock it takes was predeclared and granted at begin
 };
 thread_local std::optional<OpenTxn> current;
 
@@ -88,7 +98,34 @@ void abort_txn(const OpenTxn &t) {
     logger.line("error: abort of {} failed: {}", describe(t), std::strerror(-rc));
 }
 
-txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_len) {
+// Predeclares the lock set of the COMPOUND OPS in T: 0, or the verdict's status to
+// refuse it with (T is then aborted by the caller).
+uint32_t predeclare(OpenTxn &t, const txnfs_bridge_op *ops, uint32_t n) {
+  if (config.lock_set_timeout_ms == 0 || ops == nullptr) return 0;
+  LockPlan plan = plan_locks(ops, n, root_nodeid);
+  int rc = plan.locks == 0 ? 0
+                           : txnfs_lock_set(config.mount.c_str(), t.id, plan.records.data(),
+                                            plan.records.size(), config.lock_set_timeout_ms);
+  if (rc == -ETIMEDOUT) {
+    logger.line("{}: its {} predeclared locks were not granted within {} ms; answering "
+                "NFS4ERR_DELAY without running it",
+                describe(t), plan.locks, config.lock_set_timeout_ms);
+    return TXNFS_BRIDGE_NFS4ERR_DELAY;
+  }
+  if (rc != 0) {  // runs with per-request locking only, which is always correct
+    logger.line("error: cannot predeclare the locks of {}: {}; locking per request",
+                describe(t), std::strerror(-rc));
+    return 0;
+  }
+  t.complete_set = !plan.partial;
+  if (config.verbose)
+    logger.line("{}: {} locks predeclared{}", describe(t), plan.locks,
+                plan.partial ? " (partial: the rest per request)" : "");
+  return 0;
+}
+
+txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_len,
+                           const txnfs_bridge_op *ops, uint32_t ops_len) {
   std::string_view tag_view = tag_len ? std::string_view(tag, tag_len) : std::string_view{};
   if (current) {  // cannot happen while the patch keeps its invariant
     logger.line("error: {} was never ended; aborting it", describe(*current));
@@ -112,6 +149,10 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
                 "NFS4ERR_SERVERFAULT without running it", t.id, std::strerror(-rc));
     abort_txn(t);
     return verdict(TXNFS_BRIDGE_REFUSE, TXNFS_BRIDGE_NFS4ERR_SERVERFAULT);
+  }
+  if (uint32_t status = predeclare(t, ops, ops_len)) {
+    abort_txn(t);
+    return verdict(TXNFS_BRIDGE_REFUSE, status);
   }
   current = std::move(t);
   return verdict(TXNFS_BRIDGE_RUN_TXN);
@@ -147,7 +188,10 @@ txnfs_bridge_verdict end(uint32_t status, int replay) {
   int info_rc = txnfs_info(config.mount.c_str(), t.id, &info);
   abort_txn(t);
   if (info_rc == 0 && (info.error == EDEADLK || info.error == ETIMEDOUT)) {
-    if (config.verbose)
+    if (t.complete_set)  // should not happen: every lock it needed was granted at begin
+      logger.line("warning: {} lost a lock wait ({}) although its lock set was complete",
+                  describe(t), info.error == EDEADLK ? "deadlock" : "timeout");
+    else if (config.verbose)
       logger.line("{}: aborted, lost a lock wait ({}); failing op answered NFS4ERR_DELAY",
                   describe(t), info.error == EDEADLK ? "deadlock" : "timeout");
     return verdict(TXNFS_BRIDGE_REWRITE, TXNFS_BRIDGE_NFS4ERR_DELAY);
@@ -158,6 +202,21 @@ txnfs_bridge_verdict end(uint32_t status, int replay) {
 
 const txnfs_bridge_ops ops = {begin, end};
 
+// The FUSE nodeid of the directory PATH (its kernel handle, as FSAL_VFS makes it), or 0.
+uint64_t export_root_nodeid(const std::string &path) {
+  struct {
+    struct file_handle h;
+    unsigned char bytes[MAX_HANDLE_SZ];
+  } fh{};
+  fh.h.handle_bytes = MAX_HANDLE_SZ;
+  int mount_id = 0;
+  if (name_to_handle_at(AT_FDCWD, path.c_str(), &fh.h, &mount_id, 0) != 0) return 0;
+  if (fh.h.handle_type != 0x81 || fh.h.handle_bytes != 12) return 0;
+  uint32_t w[2];
+  std::memcpy(w, fh.h.f_handle, sizeof w);
+  return uint64_t(w[0]) << 32 | w[1];
+}
+
 // Loads the configuration and checks that the mount is a txnfs mount; "" or the reason.
 std::string start() {
   const char *path = std::getenv("TXNFS_BRIDGE_CONF");
@@ -167,6 +226,7 @@ std::string start() {
   if (!c) return error;
   config = std::move(*c);
   if (!logger.open(config.log, &error)) return error;
+  root_nodeid = export_root_nodeid(config.mount);
   char status[TXNFS_STATUS_JSON_MAX];
   int rc = txnfs_status_json(config.mount.c_str(), status, sizeof status);
   if (rc < 0)

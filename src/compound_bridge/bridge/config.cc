@@ -54,13 +54,13 @@ std::optional<Config> parse_config(std::string_view text, std::string *error) {
       std::optional<bool> b = parse_bool(value);
       if (!b) return fail(std::string(key) + " must be yes or no, not `" + std::string(value) + "`");
       (key == "verbose" ? c.verbose : c.all_compounds) = *b;
-    } else if (key == "lock_timeout_ms") {
+    } else if (key == "lock_timeout_ms" || key == "lock_set_timeout_ms") {
       uint32_t ms = 0;
       auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
       if (ec != std::errc() || p != value.data() + value.size() || ms > 60000)
-        return fail("lock_timeout_ms must be a number of milliseconds from 0 to 60000, not `" +
+        return fail(std::string(key) + " must be a number of milliseconds from 0 to 60000, not `" +
                     std::string(value) + "`");
-      c.lock_timeout_ms = ms;
+      (key == "lock_timeout_ms" ? c.lock_timeout_ms : c.lock_set_timeout_ms) = ms;
     } else if (key == "log") {
       if (value.empty() || value[0] != '/') return fail("log must be an absolute path");
       c.log = value;

@@ -11,6 +11,11 @@
 //                        Short on purpose: a wait can pass through locks txnfs cannot
 //                        see (Ganesha's object locks, the kernel's inode locks), and
 //                        only a timeout ends such a cycle; the client retries.
+//   lock_set_timeout_ms = 20000  how long a transactional COMPOUND may wait, before its
+//                        first operation, for the locks it predeclares (lock_plan.h):
+//                        holding no lock of Ganesha or the kernel, and none of txnfs,
+//                        so a long wait deadlocks nothing; then NFS4ERR_DELAY with no
+//                        operation run (0..60000; 0: predeclare nothing).
 //
 // Unknown keys, repeated keys and malformed values are errors: a typo must not silently
 // turn transactions off.
@@ -29,6 +34,7 @@ struct Config {
   std::string log;  // empty: stderr
   bool verbose = false;
   uint32_t lock_timeout_ms = 250;
+  uint32_t lock_set_timeout_ms = 20000;
 
   // Whether a COMPOUND with this tag runs as a transaction.
   bool transactional(std::string_view tag) const {

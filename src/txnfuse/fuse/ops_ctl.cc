@@ -6,12 +6,16 @@
 #include <spdlog/spdlog.h>
 
 #include "txnfuse/fuse/fs.h"
+#include "txnfuse/fuse/lock_set.h"
 #include "txnfs/ioctl_abi.h"
 #include "txnfuse/txn/txn.h"
 
 namespace txnfs {
 
 namespace {
+
+// The largest lock set a transaction may declare (about 100,000 names).
+constexpr size_t kMaxLockSetBytes = 16 << 20;
 
 void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_info *,
               unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz) {
@@ -51,6 +55,31 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
       txnfs_ioc_lock_timeout t;
       if (!in(t) || t.reserved != 0) return (void)fuse_reply_err(req, EINVAL);
       int err = tm.set_lock_timeout(ctx->uid, t.id, t.ms);
+      if (err) return (void)fuse_reply_err(req, err);
+      return (void)fuse_reply_ioctl(req, 0, nullptr, 0);
+    }
+    case TXNFS_IOC_LOCK_SET: {
+      if (in_bufsz < sizeof(txnfs_ioc_lock_set)) return (void)fuse_reply_err(req, EINVAL);
+      auto *a = static_cast<const txnfs_ioc_lock_set *>(in_buf);
+      if (a->reserved != 0 || a->len > sizeof a->data ||
+          (a->flags & ~(TXNFS_LOCK_SET_FIRST | TXNFS_LOCK_SET_LAST)))
+        return (void)fuse_reply_err(req, EBADMSG);
+      int err = 0;
+      TxnPtr t = tm.get(ctx->uid, a->id, &err);
+      if (!t) return (void)fuse_reply_err(req, err);
+      std::string records;
+      {
+        MutexLock g(t->mu);
+        if (a->flags & TXNFS_LOCK_SET_FIRST) t->declared.clear();
+        if (t->declared.size() + a->len > kMaxLockSetBytes) {
+          t->declared.clear();
+          return (void)fuse_reply_err(req, E2BIG);
+        }
+        t->declared.append(reinterpret_cast<const char *>(a->data), a->len);
+        if (a->flags & TXNFS_LOCK_SET_LAST) records.swap(t->declared);
+      }
+      if (a->flags & TXNFS_LOCK_SET_LAST)
+        err = acquire_lock_set(fs, *t, records, std::chrono::milliseconds(a->timeout_ms));
       if (err) return (void)fuse_reply_err(req, err);
       return (void)fuse_reply_ioctl(req, 0, nullptr, 0);
     }

@@ -113,6 +113,7 @@ int LockManager::acquire(LockOwner &owner, const LockKey &key, LockMode mode,
       owner.waiting_ = nullptr;
       std::erase(e.waiters, &owner);
       for (LockOwner *w : e.waiters) w->cv_.notify_one();  // one fewer ahead of them
+      wake_set_waiters();
       ++timeouts_;
       std::string who;
       for (LockOwner *b : blockers(e, owner, want)) who += " " + std::to_string(b->id());
@@ -158,7 +159,64 @@ void LockManager::release_all(LockOwner &owner) {
     for (LockOwner *w : e.waiters) w->cv_.notify_one();
     if (e.holders.empty() && e.waiters.empty()) table_.erase(it);
   }
+  if (!owner.held_.empty()) wake_set_waiters();
   owner.held_.clear();
+}
+
+void LockManager::wake_set_waiters() {
+  for (LockOwner *w : set_waiters_) w->cv_.notify_one();
+}
+
+int LockManager::acquire_set(LockOwner &owner,
+                             const std::vector<std::pair<LockKey, LockMode>> &set,
+                             std::chrono::milliseconds timeout) {
+  lock_order::assert_none_held("a lock set of the lock manager");
+  std::unordered_map<LockKey, LockMode, LockKeyHash> want;
+  for (auto &[k, m] : set) {
+    auto [it, fresh] = want.emplace(k, m);
+    if (!fresh) it->second = lock_sup(it->second, m);
+  }
+  ++sets_;
+  MutexLock g(mu_);
+  for (auto &[k, m] : want) {
+    auto held = owner.held_.find(k);
+    if (held != owner.held_.end()) m = lock_sup(held->second, m);
+  }
+  // Grantable as a whole? Holders and queued requesters of a conflicting mode block it
+  // (blockers()); keys no one holds or awaits always are.
+  auto all_grantable = [&]() REQUIRES(mu_) {
+    for (auto &[k, m] : want) {
+      auto it = table_.find(k);
+      if (it != table_.end() && !grantable(it->second, owner, m)) return false;
+    }
+    return true;
+  };
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool waited = false;
+  while (!all_grantable()) {
+    if (!waited) {
+      set_waiters_.push_back(&owner);
+      waited = true;
+      ++set_waits_;
+    }
+    if (!owner.cv_.wait_until(mu_, deadline) && !all_grantable()) {
+      std::erase(set_waiters_, &owner);
+      ++set_timeouts_;
+      spdlog::warn("lock set wait timed out: owner {} wanted {} locks for {} ms", owner.id(),
+                   want.size(), timeout.count());
+      return ETIMEDOUT;
+    }
+  }
+  if (waited) std::erase(set_waiters_, &owner);
+  for (auto &[k, m] : want) {
+    Entry &e = table_[k];
+    auto h = std::find_if(e.holders.begin(), e.holders.end(),
+                          [&](auto &p) { return p.first == &owner; });
+    if (h == e.holders.end()) e.holders.push_back({&owner, m});
+    else h->second = m;
+    owner.held_[k] = m;
+  }
+  return 0;
 }
 
 }  // namespace txnfs

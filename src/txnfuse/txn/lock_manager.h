@@ -67,6 +67,16 @@ class LockManager {
               std::chrono::milliseconds timeout, bool may_wait = true) EXCLUDES(mu_);
   void release_all(LockOwner &owner) EXCLUDES(mu_);
 
+  // Grants every (key, mode) of `set` to `owner` at once, or none of them: waits up to
+  // `timeout` until the whole set is grantable together, holding none of it meanwhile.
+  // Such a waiter is in no queue, so no one ever waits for it: it cannot close a cycle
+  // (with other set waiters or with single-lock requesters), and it yields to the
+  // requests queued on its keys. Returns 0 or ETIMEDOUT (nothing granted). Duplicate
+  // keys are merged (lock_sup). Used for the lock set of an NFS COMPOUND, declared
+  // before its first operation runs (docs/isolation.md, "Predeclared lock sets").
+  int acquire_set(LockOwner &owner, const std::vector<std::pair<LockKey, LockMode>> &set,
+                  std::chrono::milliseconds timeout) EXCLUDES(mu_);
+
   // Owners other than `owner` holding a mode on `key` that conflicts with `mode`.
   std::vector<uint64_t> conflicting(const LockOwner &owner, const LockKey &key, LockMode mode)
       EXCLUDES(mu_);
@@ -78,6 +88,9 @@ class LockManager {
 
   uint64_t deadlocks() const { return deadlocks_; }
   uint64_t timeouts() const { return timeouts_; }
+  uint64_t sets() const { return sets_; }
+  uint64_t set_waits() const { return set_waits_; }
+  uint64_t set_timeouts() const { return set_timeouts_; }
 
  private:
   struct Entry {
@@ -88,10 +101,12 @@ class LockManager {
       REQUIRES(mu_);
   bool grantable(const Entry &e, const LockOwner &owner, LockMode mode) const REQUIRES(mu_);
   bool closes_cycle(const LockOwner &start, const LockKey &key, LockMode mode) REQUIRES(mu_);
+  void wake_set_waiters() REQUIRES(mu_);
 
   Mutex mu_{LockRank::kLockManager};
   std::unordered_map<LockKey, Entry, LockKeyHash> table_ GUARDED_BY(mu_);
-  std::atomic<uint64_t> deadlocks_{0}, timeouts_{0};
+  std::vector<LockOwner *> set_waiters_ GUARDED_BY(mu_);  // in acquire_set, woken by every release
+  std::atomic<uint64_t> deadlocks_{0}, timeouts_{0}, sets_{0}, set_waits_{0}, set_timeouts_{0};
 };
 
 // The weakest mode that covers both.

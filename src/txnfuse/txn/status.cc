@@ -52,6 +52,9 @@ std::string TxnManager::status_json() {
                         {"owner_exits", owner_exits_.load()},
                         {"deadlocks", env_.locks.deadlocks()},
                         {"timeouts", env_.locks.timeouts()},
+                        {"lock_sets", env_.locks.sets()},
+                        {"lock_set_waits", env_.locks.set_waits()},
+                        {"lock_set_timeouts", env_.locks.set_timeouts()},
                         {"recoveries", env_.recoveries}}}};
   return j.dump();
 }

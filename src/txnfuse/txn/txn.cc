@@ -170,6 +170,12 @@ int TxnManager::set_lock_timeout(uid_t uid, uint64_t id, uint32_t ms) {
   return 0;
 }
 
+TxnPtr TxnManager::get(uid_t uid, uint64_t id, int *err) {
+  TxnPtr t = find(id);
+  *err = !t ? ENOENT : uid != 0 && uid != t->uid ? EPERM : 0;
+  return *err ? nullptr : t;
+}
+
 int TxnManager::info(uid_t uid, uint64_t id, struct txnfs_info *out) {
   TxnPtr t = find(id);
   if (!t) return ENOENT;

@@ -88,6 +88,7 @@ struct Txn : LockOwner {
   StepMirror *mirror = nullptr;  // copies its undo steps into SQLite (set before it is shared)
   int commit_error = 0;         // set by the group-commit leader (under TxnManager::gc_mu_)
   int inflight GUARDED_BY(mu) = 0;  // requests of this transaction being served
+  std::string declared GUARDED_BY(mu);  // pieces of a predeclared lock set received so far
   CondVar idle;                 // inflight dropped to 0
 
   uint64_t id() const { return LockOwner::id(); }
@@ -137,6 +138,8 @@ class TxnManager {
   int abort(uid_t uid, uint64_t id);
   int info(uid_t uid, uint64_t id, struct txnfs_info *out);
   int set_lock_timeout(uid_t uid, uint64_t id, uint32_t ms);
+  // The transaction `id` if `uid` may use it (else null and *err: ENOENT, EPERM).
+  TxnPtr get(uid_t uid, uint64_t id, int *err);
   // How long a lock wait of `t` (null: a plain request) may last.
   std::chrono::milliseconds lock_timeout(const Txn *t) const {
     int64_t ms = t ? t->lock_timeout_ms.load(std::memory_order_relaxed) : -1;
