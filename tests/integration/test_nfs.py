@@ -186,7 +186,10 @@ def test_lock_conflict_answers_delay_and_a_retry_succeeds(store, xfs):
     try:
         populate(m.path)
         before = S.stable_snapshot(m.path)
-        with gl.Ganesha(m.path, xfs.tmp / "ganesha") as g:
+        # The COMPOUND's lock set is predeclared: it waits at begin, holding nothing,
+        # for at most lock_set_timeout_ms, and then is answered DELAY with nothing run.
+        with gl.Ganesha(m.path, xfs.tmp / "ganesha",
+                        bridge_options={"lock_set_timeout_ms": "300"}) as g:
             nfs = Nfs(g.port)
             tid = tl.txn_begin(m.path)  # this thread's transaction holds /data/a
             try:
