@@ -129,6 +129,29 @@ def test_unprivileged_change_clears_setid_bits_as_xfs(mnt, xfs, change):
         assert got == want, f"{mode:o} after {change.__name__}: {got:o}, XFS gives {want:o}"
 
 
+@pytest.mark.parametrize("as_nobody", [False, True], ids=["root", "owner"])
+def test_chown_changing_no_id_clears_setid_bits_as_xfs(mnt, xfs, as_nobody):
+    """chown(f, -1, -1): with HANDLE_KILLPRIV_V2 the kernel leaves it to the daemon."""
+    ref, d = xfs.dir / "ref", mnt.path / "d"
+    for root in (ref, d):
+        root.mkdir()
+        for mode in MODES + [0o2755, 0o6755]:
+            tl.write_file(root / f"f{mode:o}", b"x")
+            os.chmod(root / f"f{mode:o}", mode)
+            if as_nobody:
+                os.chown(root / f"f{mode:o}", NOBODY, -1)
+    for mode in MODES + [0o2755, 0o6755]:
+        for root in (ref, d):
+            p = str(root / f"f{mode:o}")
+            if as_nobody:
+                tl.as_user(os.chown, p, -1, -1)
+            else:
+                os.chown(p, -1, -1)
+        want = os.stat(ref / f"f{mode:o}").st_mode & 0o7777
+        got = os.stat(d / f"f{mode:o}").st_mode & 0o7777
+        assert got == want, f"{mode:o} after chown(-1, -1): {got:o}, XFS gives {want:o}"
+
+
 NOBODY = 65534
 ACL_USER_OBJ, ACL_USER, ACL_GROUP_OBJ, ACL_MASK, ACL_OTHER = 1, 2, 4, 0x10, 0x20
 

@@ -68,9 +68,9 @@ inline int backing_open_flags(int flags) {
 }
 
 // Clears set-ID bits before a write, truncation or fallocate by the caller of `req`, as
-// XFS does, when `kill` (the caller lacks CAP_FSETID; ops_data.cc). `fd` may be O_PATH.
-// Returns 0 or an errno.
-int kill_privs(fuse_req_t req, int fd, bool kill);
+// XFS does, when `kill` (the caller lacks CAP_FSETID), or as a chown changing no id does
+// (`chown`; ops_data.cc). `fd` may be O_PATH. Returns 0 or an errno.
+int kill_privs(fuse_req_t req, int fd, bool kill, bool chown = false);
 
 // The low-level operation table.
 fuse_lowlevel_ops make_ops();

@@ -230,18 +230,21 @@ static bool in_group(fuse_req_t req, gid_t gid) {
 // or the writer is outside the file's group -- when `kill`: the caller lacks CAP_FSETID.
 // For writes, O_TRUNC opens and truncating SETATTRs the kernel says so
 // (HANDLE_KILLPRIV_V2: fi->kill_suidgid, FUSE_SET_ATTR_KILL_SUID); FALLOCATE carries no
-// such flag, so there `kill` is "the caller is not root". File capabilities
+// such flag, so there `kill` is "the caller is not root". A chown that changes no id
+// (chown(f, -1, -1)) clears set-ID bits whoever the caller (`chown`): S_ISUID always,
+// S_ISGID by the same rule, where root counts as in every group. File capabilities
 // (security.capability) need nothing here: XFS removes them when the daemon writes,
 // truncates or allocates (file_remove_privs), whoever the caller. `fd` may be O_PATH.
 // Returns 0 or errno.
-int kill_privs(fuse_req_t req, int fd, bool kill) {
-  if (!kill) return 0;
+int kill_privs(fuse_req_t req, int fd, bool kill, bool chown) {
+  if (!kill && !chown) return 0;
+  bool root = fuse_req_ctx(req)->uid == 0;
   struct stat st;
   if (::fstat(fd, &st) != 0) return errno;
   mode_t drop = 0;
   if (S_ISREG(st.st_mode) && (st.st_mode & S_ISUID)) drop |= S_ISUID;
   if (S_ISREG(st.st_mode) && (st.st_mode & S_ISGID) &&
-      ((st.st_mode & S_IXGRP) || !in_group(req, st.st_gid)))
+      ((st.st_mode & S_IXGRP) || (!(chown && root) && !in_group(req, st.st_gid))))
     drop |= S_ISGID;
   if (!drop) return 0;
   mode_t mode = st.st_mode & 07777 & ~drop;

@@ -233,6 +233,14 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
   if ((valid & FUSE_SET_ATTR_SIZE) && !(valid & FUSE_SET_ATTR_MODE))
     if (int e = kill_privs(req, i->fd, valid & FUSE_SET_ATTR_KILL_SUID))
       return (void)fuse_reply_err(req, e);
+  // A SETATTR that sets nothing is a chown changing no id (chown(f, -1, -1)): with
+  // HANDLE_KILLPRIV_V2 the kernel leaves its set-ID clearing to the file system. (A
+  // chown that changes ids is an fchownat above; XFS clears the bits then itself.)
+  constexpr int kAttrs = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID |
+                         FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
+                         FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW;
+  if (!(valid & kAttrs))
+    if (int e = kill_privs(req, i->fd, false, true)) return (void)fuse_reply_err(req, e);
   struct stat st;
   if (int e = stat_fd(i->fd, &st)) return (void)fuse_reply_err(req, e);
   op.adjust(st);
