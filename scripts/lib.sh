@@ -78,7 +78,7 @@ txnfs_build() {
   pc=$("$TXNFS_ROOT/scripts/build-libfuse")
   if [[ ! -f build/build.ninja ]]; then
     meson setup build -Dpkg_config_path="$pc"
-  elif ! grep -q 'txnfs-nfs' build/build.ninja || ! grep -q 'libfuse3.so.4' build/build.ninja; then
+  elif ! grep -q 'txnfs-nfs' build/build.ninja || ! grep -q 'libfuse/prefix/lib' build/build.ninja; then
     # configured before the Ganesha source was there, or against Debian's libfuse 3.14
     meson setup --reconfigure build -Dpkg_config_path="$pc"
   fi
