@@ -37,6 +37,10 @@ void op_init(void *, fuse_conn_info *conn) {
   // the mode of a new object arrives without the umask, which is applied only when the
   // parent has no default ACL -- what XFS does (creation_mode in ops_entry.cc).
   if (fuse_set_feature_flag(conn, FUSE_CAP_POSIX_ACL)) want(FUSE_CAP_DONT_MASK);
+  // Not asked for: NO_OPENDIR_SUPPORT (OPENDIR decides per open whether the kernel may
+  // cache the listing -- only while no transaction is open -- and holds the stream a
+  // listing continues from), DIRECT_IO_ALLOW_MMAP (a shared mapping's pages come back as
+  // writeback WRITEs of a kernel thread, outside the transaction; docs/isolation.md).
   // Write-through: every write is a request of the writing thread (transactions bind
   // requests to threads).
   fuse_unset_feature_flag(conn, FUSE_CAP_WRITEBACK_CACHE);
