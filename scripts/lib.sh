@@ -6,11 +6,13 @@ TXNFS_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TXNFS=$TXNFS_ROOT/build/src/txnfuse/txnfs
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"   # where `cargo install` puts pjdfstest
 
-TXNFS_PACKAGES=(build-essential meson ninja-build pkgconf libfuse3-dev fuse3 libsqlite3-dev
+TXNFS_PACKAGES=(build-essential meson ninja-build pkgconf fuse3 libsqlite3-dev
                 sqlite3 uuid-dev catch2 libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
                 xfsprogs attr acl python3 python3-pytest fio
                 libntirpc-dev nfs-ganesha nfs-ganesha-vfs clang gdb
                 python3-pip python3-venv python3-setuptools systemd)
+# fuse3: fusermount3 and /etc/fuse.conf; the library txnfs links is libfuse 3.18, built by
+# scripts/build-libfuse (Debian 12's libfuse3 3.14 speaks FUSE 7.31 only).
 # clang: the thread-safety analysis of the lock hierarchy (build-tsa, see txnfs_build_tsa);
 # gdb: the daemon's stack dumps of stalled requests (TXNFS_STALL_DUMP).
 # nfs-ganesha + nfs-ganesha-vfs: Debian's unpatched server, the baseline the NFS tests and
@@ -72,10 +74,13 @@ txnfs_build() {
   txnfs_no_system_ganesha
   # The patched Ganesha first: its source tree also gives the txnfs-nfs client its XDR.
   "$TXNFS_ROOT/scripts/build-ganesha" >/dev/null
+  local pc
+  pc=$("$TXNFS_ROOT/scripts/build-libfuse")
   if [[ ! -f build/build.ninja ]]; then
-    meson setup build
-  elif ! grep -q 'txnfs-nfs' build/build.ninja; then
-    meson setup --reconfigure build  # configured before the Ganesha source was there
+    meson setup build -Dpkg_config_path="$pc"
+  elif ! grep -q 'txnfs-nfs' build/build.ninja || ! grep -q 'libfuse/prefix/lib' build/build.ninja; then
+    # configured before the Ganesha source was there, or against Debian's libfuse 3.14
+    meson setup --reconfigure build -Dpkg_config_path="$pc"
   fi
   [[ ${CI:-} != true ]] || meson configure build -Dwerror=true
   ninja -C build
@@ -88,8 +93,11 @@ txnfs_build() {
 # or run.
 txnfs_build_tsa() {
   cd "$TXNFS_ROOT"
+  local pc
+  pc=$("$TXNFS_ROOT/scripts/build-libfuse")
   if [[ ! -f build-tsa/build.ninja ]]; then
-    CC=clang CXX=clang++ meson setup build-tsa -Dthread_safety=true -Dwerror=true >/dev/null
+    CC=clang CXX=clang++ meson setup build-tsa -Dthread_safety=true -Dwerror=true \
+      -Dpkg_config_path="$pc" >/dev/null
   fi
   ninja -C build-tsa build.ninja >/dev/null  # re-runs meson if the tree's layout changed
   local objs

@@ -204,6 +204,11 @@ GEN_OPS = sorted(GEN_WEIGHTS)
 AS_NOBODY = {"create", "open", "write", "truncate", "ftruncate", "mkdir", "chmod", "setxattr",
              "unlink", "rename", "utimens", "fallocate", "link"}
 
+# Ops that create an object run under one of these umasks now and then (else 0): with
+# POSIX_ACL the daemon applies the umask itself, unless the parent has a default ACL.
+UMASK_OPS = {"create", "open", "mknod", "mkdir"}
+UMASKS = (0o022, 0o077, 0o027)
+
 # FUSE handler (ops.NAME = op_NAME in src/txnfuse/fuse) -> generator ops that reach it
 HANDLER_COVERAGE = {
     "init": ["statfs"],            # every run mounts; statfs is the first request after INIT
@@ -364,6 +369,8 @@ class Gen:
         o = {"o": name, **o}
         if name in AS_NOBODY and r.random() < 0.2:
             o["u"] = NOBODY
+        if name in UMASK_OPS and r.random() < 0.3:
+            o["um"] = r.choice(UMASKS)   # the umask applies unless the parent has a default ACL
         return o
 
 
@@ -433,6 +440,16 @@ class _Aligned:
 
 def _body(root: str, o: dict):
     """Runs one op; returns its comparable result value (raises OSError for an errno)."""
+    if "um" not in o:
+        return _body_umask(root, o)
+    old = os.umask(o["um"])
+    try:
+        return _body_umask(root, o)
+    finally:
+        os.umask(old)
+
+
+def _body_umask(root: str, o: dict):
     P = lambda k="p": os.path.join(root, o[k])
     name = o["o"]
     NB = os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY   # never block on a FIFO
@@ -826,8 +843,8 @@ DIVERGENCES = [
         "mmap-direct-io",
         "mmap inside a transaction, and of a file opened while any transaction is open on "
         "the mount, fails with ENODEV (docs/isolation.md): such opens use FUSE direct I/O, "
-        "and libfuse 3.14 (FUSE 7.31) cannot offer DIRECT_IO_ALLOW_MMAP (solved by the "
-        "libfuse upgrade)",
+        "and the daemon does not ask for DIRECT_IO_ALLOW_MMAP yet (writeback of a shared "
+        "mapping is not the transaction's thread)",
         lambda o, r, ctx: (ctx["txn"] and o["o"] in ("mmap_read", "mmap_write")
                            and r.get("e") == "ENODEV")),
     Divergence(
@@ -929,6 +946,8 @@ def op_flags(o) -> list[str]:
         out += ["open:O_RDONLY", "open:O_DIRECT"]
     if o.get("u"):
         out.append(f"uid:{o['o']}")
+    if "um" in o:
+        out.append(f"umask:{o['o']}")
     return out
 
 

@@ -96,7 +96,8 @@ def test_every_op_and_flag_is_generated():
             st.count_ops(fz.gen_case(s, oracle, procs, OPS)["lists"])
     assert set(st.ops) == set(fz.GEN_OPS), sorted(set(fz.GEN_OPS) - set(st.ops))
     want = ([f"rename:{f}" for f in fz.RENAME_FLAGS] + [f"fallocate:{f}" for f in fz.FALLOC_FLAGS]
-            + [f"open:{f}" for f in fz.OPEN_FLAGS] + [f"uid:{o}" for o in fz.AS_NOBODY])
+            + [f"open:{f}" for f in fz.OPEN_FLAGS] + [f"uid:{o}" for o in fz.AS_NOBODY]
+            + [f"umask:{o}" for o in fz.UMASK_OPS])
     missing = [f for f in want if f not in st.flags]
     assert not missing, f"never generated: {missing}"
     assert set(fz.RENAME_FLAGS) == {"0", "NOREPLACE", "EXCHANGE", "WHITEOUT", "NOREPLACE|WHITEOUT"}

@@ -8,7 +8,7 @@
 // The daemon's mutexes follow one hierarchy, src/sync/lock_order.h (checked by clang's
 // thread-safety analysis and, in debug builds, at run time); a request unanswered for
 // 30 s is reported as stalled (stall_watchdog.h).
-#define FUSE_USE_VERSION 312
+#define FUSE_USE_VERSION 318
 #pragma once
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
@@ -54,9 +54,7 @@ InodePtr inode_of(fuse_req_t req, fuse_ino_t nodeid);
 int do_lookup(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e);
 
 // fi->fh of an open file: the backing fd, plus kDirectIoFh when the kernel serves the
-// open without its page cache (FOPEN_DIRECT_IO). Such writes reach the daemon without
-// the set-ID and capability clearing the kernel does before a cached write, so the
-// write handler does it (see kill_privs in ops_data.cc).
+// open without its page cache (FOPEN_DIRECT_IO).
 inline constexpr uint64_t kDirectIoFh = uint64_t(1) << 32;
 inline int fd_of(const fuse_file_info *fi) { return int(fi->fh & 0xffffffffu); }
 inline void set_fh(fuse_file_info *fi, int fd) {
@@ -69,9 +67,10 @@ inline int backing_open_flags(int flags) {
   return (flags | O_CLOEXEC) & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY | O_DIRECT);
 }
 
-// Clears privileges after a write, truncation or fallocate by the caller of `req`, as
-// XFS does (ops_data.cc). `fd` may be O_PATH. Returns 0 or an errno.
-int kill_privs(fuse_req_t req, int fd, bool direct);
+// Clears set-ID bits before a write, truncation or fallocate by the caller of `req`, as
+// XFS does, when `kill` (the caller lacks CAP_FSETID), or as a chown changing no id does
+// (`chown`; ops_data.cc). `fd` may be O_PATH. Returns 0 or an errno.
+int kill_privs(fuse_req_t req, int fd, bool kill, bool chown = false);
 
 // The low-level operation table.
 fuse_lowlevel_ops make_ops();

@@ -4,7 +4,7 @@
 // An object an abort removed (its transaction had created it) is also marked gone in
 // the daemon's inode table, at once (see Inode::gone).
 #pragma once
-#define FUSE_USE_VERSION 312
+#define FUSE_USE_VERSION 318
 #include <fuse_lowlevel.h>
 
 #include <cstdint>

@@ -3,6 +3,8 @@
 
 #include <tuple>
 
+#include <spdlog/spdlog.h>
+
 #include "txnfuse/fuse/fs.h"
 #include "sync/stall_watchdog.h"
 
@@ -16,9 +18,8 @@ void add_ctl_ops(fuse_lowlevel_ops &ops);
 namespace {
 
 void op_init(void *, fuse_conn_info *conn) {
-  auto want = [conn](unsigned cap) {
-    if (conn->capable & cap) conn->want |= cap;
-  };
+  // fuse_set_feature_flag() takes a capability only if the kernel offers it.
+  auto want = [conn](uint64_t cap) { fuse_set_feature_flag(conn, cap); };
   // Handles that survive restarts: the kernel may LOOKUP(nodeid, "." / "..").
   want(FUSE_CAP_EXPORT_SUPPORT);
   want(FUSE_CAP_SPLICE_WRITE);
@@ -27,10 +28,30 @@ void op_init(void *, fuse_conn_info *conn) {
   want(FUSE_CAP_READDIRPLUS);
   want(FUSE_CAP_READDIRPLUS_AUTO);
   want(FUSE_CAP_CACHE_SYMLINKS);
+  // Set-ID bits are cleared here, told by the kernel when the caller lacks CAP_FSETID
+  // (fi->kill_suidgid on WRITE, OPEN/CREATE with O_TRUNC, FUSE_SET_ATTR_KILL_SUID on a
+  // truncating SETATTR); capabilities are removed by XFS itself when the daemon writes.
+  // Saves the kernel's GETXATTR security.capability before every write (kill_privs).
+  want(FUSE_CAP_HANDLE_KILLPRIV_V2);
+  // POSIX ACLs checked by the kernel (default_permissions), applied here: with DONT_MASK
+  // the mode of a new object arrives without the umask, which is applied only when the
+  // parent has no default ACL -- what XFS does (creation_mode in ops_entry.cc).
+  if (fuse_set_feature_flag(conn, FUSE_CAP_POSIX_ACL)) want(FUSE_CAP_DONT_MASK);
+  // Not asked for: NO_OPENDIR_SUPPORT (OPENDIR decides per open whether the kernel may
+  // cache the listing -- only while no transaction is open -- and holds the stream a
+  // listing continues from), DIRECT_IO_ALLOW_MMAP (a shared mapping's pages come back as
+  // writeback WRITEs of a kernel thread, outside the transaction; docs/isolation.md).
   // Write-through: every write is a request of the writing thread (transactions bind
-  // requests to threads), and set-ID bits are cleared by the kernel, not by us.
-  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
-  conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+  // requests to threads).
+  fuse_unset_feature_flag(conn, FUSE_CAP_WRITEBACK_CACHE);
+  fuse_unset_feature_flag(conn, FUSE_CAP_HANDLE_KILLPRIV);
+  // Receiving requests by splice makes libfuse 3.18 build a new pipe per request here
+  // (fs.pipe-max-size 1 MiB < its buffer + header); reading into memory is cheaper.
+  fuse_unset_feature_flag(conn, FUSE_CAP_SPLICE_READ);
+  // FUSE over io_uring runs handlers inline on a per-CPU ring thread; txnfs handlers
+  // block on transaction locks, so requests stay on /dev/fuse and the worker pool.
+  fuse_unset_feature_flag(conn, FUSE_CAP_OVER_IO_URING);
+  spdlog::info("FUSE protocol {}.{}", conn->proto_major, conn->proto_minor);
 }
 
 // The handlers make_ops() wraps: every request runs inside a stall::InFlight scope,

@@ -28,6 +28,11 @@ void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   if (err) return (void)fuse_reply_err(req, err);
   int fd = ::open(proc_path(i->fd).c_str(), backing_open_flags(fi->flags));
   if (fd < 0) return (void)fuse_reply_err(req, errno);
+  if ((fi->flags & O_TRUNC))
+    if (int e = kill_privs(req, fd, fi->kill_suidgid)) {
+      ::close(fd);
+      return (void)fuse_reply_err(req, e);
+    }
   // Every plain write reaches the backing file through this daemon and the kernel's
   // page cache, so cached pages stay valid across opens; there is nothing to flush.
   // A transaction's I/O bypasses the page cache: its reads must take locks here, and
@@ -83,7 +88,7 @@ void op_write_buf(fuse_req_t req, fuse_ino_t nodeid, fuse_bufvec *in, off_t off,
   Op op(req);
   auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *i, off, fuse_buf_size(in));
-  if (!err) err = kill_privs(req, fd_of(fi), fi->fh & kDirectIoFh);
+  if (!err) err = kill_privs(req, fd_of(fi), fi->kill_suidgid);
   if (err) return (void)fuse_reply_err(req, err);
   fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
   out.buf[0].flags = fuse_buf_flags(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
@@ -107,7 +112,7 @@ void op_fallocate(fuse_req_t req, fuse_ino_t nodeid, int mode, off_t off, off_t 
     else
       err = save_attrs(op.fs(), t, *i);
   }
-  if (!err) err = kill_privs(req, fd_of(fi), false);
+  if (!err) err = kill_privs(req, fd_of(fi), fuse_req_ctx(req)->uid != 0);
   if (err) return (void)fuse_reply_err(req, err);
   int rc = ::fallocate(fd_of(fi), mode, off, len);
   fuse_reply_err(req, rc == 0 ? 0 : errno);
@@ -220,33 +225,32 @@ static bool in_group(fuse_req_t req, gid_t gid) {
   return false;
 }
 
-// Clearing of privileges on a write, as XFS does it: the set-user-ID bit, and the
-// set-group-ID bit where it means "setgid" (group execute set) or the writer is outside
-// the file's group, unless the writer is root; and, for writes the kernel sends without
-// its page cache (`direct`), file capabilities (security.capability), even for root.
-// The kernel clears capabilities before a cached write itself, but set-ID bits only by
-// an older rule (group-executable files), and nothing for direct I/O. Returns 0 or errno.
-int kill_privs(fuse_req_t req, int fd, bool direct) {
-  const fuse_ctx *ctx = fuse_req_ctx(req);
-  if (ctx->uid != 0) {
-    struct stat st;
-    if (::fstat(fd, &st) != 0) return errno;
-    mode_t kill = 0;
-    if (S_ISREG(st.st_mode) && (st.st_mode & S_ISUID)) kill |= S_ISUID;
-    if (S_ISREG(st.st_mode) && (st.st_mode & S_ISGID) &&
-        ((st.st_mode & S_IXGRP) || !in_group(req, st.st_gid)))
-      kill |= S_ISGID;
-    if (kill) {
-      mode_t mode = st.st_mode & 07777 & ~kill;
-      int rc = ::fchmod(fd, mode);
-      if (rc != 0 && errno == EBADF) rc = ::chmod(proc_path(fd).c_str(), mode);  // O_PATH fd
-      if (rc != 0) return errno;
-    }
-  }
-  // (only writes pass `direct`, with the open file's own fd: no path lookup per write)
-  if (direct && ::fremovexattr(fd, "security.capability") != 0 && errno != ENODATA)
-    return errno;
-  return 0;
+// Clearing of set-ID bits after a write, truncation or fallocate, as XFS does it: the
+// set-user-ID bit, and the set-group-ID bit where it means "setgid" (group execute set)
+// or the writer is outside the file's group -- when `kill`: the caller lacks CAP_FSETID.
+// For writes, O_TRUNC opens and truncating SETATTRs the kernel says so
+// (HANDLE_KILLPRIV_V2: fi->kill_suidgid, FUSE_SET_ATTR_KILL_SUID); FALLOCATE carries no
+// such flag, so there `kill` is "the caller is not root". A chown that changes no id
+// (chown(f, -1, -1)) clears set-ID bits whoever the caller (`chown`): S_ISUID always,
+// S_ISGID by the same rule, where root counts as in every group. File capabilities
+// (security.capability) need nothing here: XFS removes them when the daemon writes,
+// truncates or allocates (file_remove_privs), whoever the caller. `fd` may be O_PATH.
+// Returns 0 or errno.
+int kill_privs(fuse_req_t req, int fd, bool kill, bool chown) {
+  if (!kill && !chown) return 0;
+  bool root = fuse_req_ctx(req)->uid == 0;
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return errno;
+  mode_t drop = 0;
+  if (S_ISREG(st.st_mode) && (st.st_mode & S_ISUID)) drop |= S_ISUID;
+  if (S_ISREG(st.st_mode) && (st.st_mode & S_ISGID) &&
+      ((st.st_mode & S_IXGRP) || (!(chown && root) && !in_group(req, st.st_gid))))
+    drop |= S_ISGID;
+  if (!drop) return 0;
+  mode_t mode = st.st_mode & 07777 & ~drop;
+  int rc = ::fchmod(fd, mode);
+  if (rc != 0 && errno == EBADF) rc = ::chmod(proc_path(fd).c_str(), mode);  // O_PATH fd
+  return rc == 0 ? 0 : errno;
 }
 
 void add_data_ops(fuse_lowlevel_ops &ops) {

@@ -3,6 +3,7 @@
 // with the tree: a new object gets a row, a removed one loses it, a rename moves it.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -228,8 +229,18 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
     rc = fi ? ::futimens(fd_of(fi), tv) : ::utimensat(i->fd, "", tv, AT_EMPTY_PATH);
   }
   if (rc != 0) return (void)fuse_reply_err(req, errno);
+  // (FUSE_SET_ATTR_KILL_SUID is the kernel's FATTR_KILL_SUIDGID: both bits)
   if ((valid & FUSE_SET_ATTR_SIZE) && !(valid & FUSE_SET_ATTR_MODE))
-    if (int e = kill_privs(req, i->fd, false)) return (void)fuse_reply_err(req, e);
+    if (int e = kill_privs(req, i->fd, valid & FUSE_SET_ATTR_KILL_SUID))
+      return (void)fuse_reply_err(req, e);
+  // A SETATTR that sets nothing is a chown changing no id (chown(f, -1, -1)): with
+  // HANDLE_KILLPRIV_V2 the kernel leaves its set-ID clearing to the file system. (A
+  // chown that changes ids is an fchownat above; XFS clears the bits then itself.)
+  constexpr int kAttrs = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID |
+                         FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
+                         FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW;
+  if (!(valid & kAttrs))
+    if (int e = kill_privs(req, i->fd, false, true)) return (void)fuse_reply_err(req, e);
   struct stat st;
   if (int e = stat_fd(i->fd, &st)) return (void)fuse_reply_err(req, e);
   op.adjust(st);
@@ -252,27 +263,45 @@ void op_readlink(fuse_req_t req, fuse_ino_t nodeid) {
 // Gives a just-created entry the caller's ownership (the daemon creates as root).
 // In a set-group-ID directory the group stays the directory's, as the backing file
 // system set it. chown clears set-ID bits, so they are put back afterwards.
+// The bits put back are those the entry was born with (a default ACL may have masked
+// the mode asked for).
 int own_new_entry(fuse_req_t req, const InodePtr &parent, const char *name, mode_t mode) {
   const fuse_ctx *ctx = fuse_req_ctx(req);
-  struct stat pst;
+  struct stat pst, st;
   if (int err = stat_fd(parent->fd, &pst)) return err;
   gid_t gid = (pst.st_mode & S_ISGID) ? gid_t(-1) : ctx->gid;
   if (ctx->uid == 0 && (gid == gid_t(-1) || gid == 0)) return 0;
+  if (::fstatat(parent->fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
   if (::fchownat(parent->fd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0) return errno;
-  if (!S_ISLNK(mode) && (mode & (S_ISUID | S_ISGID | S_ISVTX)) &&
-      ::fchmodat(parent->fd, name, mode & 07777, 0) != 0)
+  if (!S_ISLNK(mode) && (st.st_mode & (S_ISUID | S_ISGID | S_ISVTX)) &&
+      ::fchmodat(parent->fd, name, st.st_mode & 07777, 0) != 0)
     return errno;
   return 0;
+}
+
+// The mode a new object is made with. The kernel sends it without the caller's umask
+// (POSIX_ACL + DONT_MASK): as on XFS (posix_acl_create), the umask applies only when the
+// parent has no default ACL; with one, the backing file system (plain requests, the
+// daemon's umask is 0) or txn_make masks the mode by the ACL. Called with the parent's
+// entry lock held, so the parent's default ACL cannot change in between.
+mode_t creation_mode(fuse_req_t req, const InodePtr &parent, mode_t mode) {
+  if (S_ISLNK(mode)) return mode;
+  ssize_t n = ::getxattr(proc_path(parent->fd).c_str(), "system.posix_acl_default", nullptr, 0);
+  if (n > 0) return mode;
+  return mode & ~(fuse_req_ctx(req)->umask & 0777);
 }
 
 // Makes a new entry `name` in `parent` with `make(dirfd, name)`: directly for a
 // plain request, through the undo log for a transaction. Then records its handle
 // and fills `e`. On failure nothing is left behind.
 int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name, mode_t mode,
-               const std::function<int(int, const char *)> &make, fuse_entry_param *e) {
+               const std::function<int(int, const char *, mode_t)> &make_as,
+               fuse_entry_param *e) {
   Fs &fs = op.fs();
   int err = op.lock_entry(parent->nodeid, name, true);
   if (err) return err;
+  mode = creation_mode(req, parent, mode);
+  auto make = [&](int dirfd, const char *n) { return make_as(dirfd, n, mode & 07777); };
   if (Txn *t = op.txn()) {
     const fuse_ctx *ctx = fuse_req_ctx(req);
     err = txn_make(fs, *t, *parent, name, mode, make, ctx->uid, ctx->gid);
@@ -296,7 +325,7 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
 }
 
 void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-                     const std::function<int(int, const char *)> &make) {
+                     const std::function<int(int, const char *, mode_t)> &make) {
   Op op(req);
   auto [p, err] = op.on(parent);
   fuse_entry_param e;
@@ -308,19 +337,19 @@ void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 int errno_of(int rc) { return rc == 0 ? 0 : errno; }
 
 void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev) {
-  reply_new_entry(req, parent, name, mode, [&](int dirfd, const char *n) {
-    return errno_of(::mknodat(dirfd, n, mode, rdev));
+  reply_new_entry(req, parent, name, mode, [&](int dirfd, const char *n, mode_t perms) {
+    return errno_of(::mknodat(dirfd, n, (mode & S_IFMT) | perms, rdev));
   });
 }
 
 void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
-  reply_new_entry(req, parent, name, S_IFDIR | mode, [&](int dirfd, const char *n) {
-    return errno_of(::mkdirat(dirfd, n, mode));
+  reply_new_entry(req, parent, name, S_IFDIR | mode, [&](int dirfd, const char *n, mode_t perms) {
+    return errno_of(::mkdirat(dirfd, n, perms));
   });
 }
 
 void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name) {
-  reply_new_entry(req, parent, name, S_IFLNK | 0777, [&](int dirfd, const char *n) {
+  reply_new_entry(req, parent, name, S_IFLNK | 0777, [&](int dirfd, const char *n, mode_t) {
     return errno_of(::symlinkat(link, dirfd, n));
   });
 }
@@ -332,8 +361,8 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
   UniqueFd fd;
   fuse_entry_param e;
   if (!err)
-    err = make_entry(req, op, p, name, S_IFREG | mode, [&](int dirfd, const char *n) {
-      fd.reset(::openat(dirfd, n, backing_open_flags(fi->flags) | O_CREAT | O_EXCL, mode));
+    err = make_entry(req, op, p, name, S_IFREG | mode, [&](int dirfd, const char *n, mode_t perms) {
+      fd.reset(::openat(dirfd, n, backing_open_flags(fi->flags) | O_CREAT | O_EXCL, perms));
       return fd ? 0 : fd.err();
     }, &e);
   if (err) return (void)fuse_reply_err(req, err);
