@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <utility>
+
 namespace txnfs {
 
 InodePtr InodeTable::get(uint64_t nodeid) {
@@ -11,8 +13,13 @@ InodePtr InodeTable::get(uint64_t nodeid) {
 }
 
 InodePtr InodeTable::add_lookup(InodePtr inode) {
+  InodePtr earlier;  // released outside the lock
   MutexLock g(mu_);
   auto [it, inserted] = map_.try_emplace(inode->nodeid, inode);
+  if (!inserted && it->second->generation != inode->generation) {
+    inode->nlookup = it->second->nlookup;
+    earlier = std::exchange(it->second, std::move(inode));
+  }
   it->second->nlookup++;
   return it->second;
 }

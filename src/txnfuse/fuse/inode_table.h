@@ -21,7 +21,11 @@ class InodeTable {
   // The inode for `nodeid` if the kernel knows it, else null.
   InodePtr get(uint64_t nodeid) EXCLUDES(mu_);
   // Adds one lookup to the entry for inode->nodeid, inserting `inode` if there is
-  // none. Returns the entry in the table (which may be an earlier one).
+  // none. Returns the entry in the table (which may be an earlier one of the same
+  // object). An entry of another generation is an earlier object whose inode number
+  // XFS gave to `inode`'s: `inode` replaces it and takes over its lookups, because the
+  // kernel forgets the earlier object's lookups under the same nodeid (when it drops
+  // the inode it marked stale on seeing the new generation).
   InodePtr add_lookup(InodePtr inode) EXCLUDES(mu_);
   // Adds one lookup to an entry known to be present (the root, or a held inode).
   void add_lookup_existing(const InodePtr &inode) EXCLUDES(mu_);
