@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -252,6 +254,34 @@ TEST_CASE("the inode table keeps one Inode per nodeid until the kernel forgets e
   CHECK(table.size() == 0);
   table.forget(7, 1);  // a forget for a nodeid no longer known is ignored
   CHECK(table.size() == 0);
+}
+
+TEST_CASE("the inode table agrees with a map through many inserts and forgets") {
+  InodeTable table;
+  std::map<uint64_t, uint64_t> want;  // nodeid -> lookups
+  std::mt19937_64 rng(42);
+  for (int step = 0; step < 200000; step++) {
+    // Clustered nodeids, as inode numbers are: long probe runs and wrap-arounds.
+    uint64_t nodeid = 2 + rng() % 5000;
+    if (rng() % 3) {
+      auto i = std::make_shared<Inode>();
+      i->nodeid = nodeid;
+      REQUIRE(table.add_lookup(i)->nodeid == nodeid);
+      want[nodeid]++;
+    } else {
+      uint64_t n = 1 + rng() % 3;
+      table.forget(nodeid, n);
+      if (auto it = want.find(nodeid); it != want.end() && (it->second -= std::min(n, it->second)) == 0)
+        want.erase(it);
+    }
+  }
+  CHECK(table.size() == want.size());
+  for (uint64_t nodeid = 2; nodeid < 5002; nodeid++) {
+    InodePtr i = table.get(nodeid);
+    auto it = want.find(nodeid);
+    REQUIRE(bool(i) == (it != want.end()));
+    if (i) CHECK(i->nlookup == it->second);
+  }
 }
 
 TEST_CASE("a lookup of a reused inode number replaces the earlier object and takes its lookups") {

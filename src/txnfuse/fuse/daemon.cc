@@ -198,7 +198,7 @@ int run_mount(const MountOptions &opts) {
   fs.root = std::make_shared<Inode>();
   fs.root->nodeid = FUSE_ROOT_ID;
   fs.root->ino = tree.ino;
-  fs.root->generation = tree.generation;
+  fs.root->generation = uint32_t(tree.generation);
   fs.root->fh = tree.fh;
   fs.root->type = S_IFDIR;
   fs.inodes.add_lookup(fs.root);  // the root never leaves the table

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 
+#include <algorithm>
+
 #include "store/backing.h"
 #include "txnfuse/txn/inode.h"
 
@@ -10,9 +12,9 @@ namespace txnfs {
 
 size_t FdCache::default_capacity() {
   rlimit rl{};
-  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_max == RLIM_INFINITY) return 4096;
-  size_t half = size_t(rl.rlim_max / 2);
-  return half < 64 ? 64 : half;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_max == RLIM_INFINITY)
+    return kMaxDefaultCapacity;
+  return std::clamp(size_t(rl.rlim_max / 2), size_t(64), kMaxDefaultCapacity);
 }
 
 void FdCache::set_capacity(size_t n) {

@@ -55,8 +55,12 @@ class FdCache {
   FdCache(const FdCache &) = delete;
   FdCache &operator=(const FdCache &) = delete;
 
-  // Half the soft RLIMIT_NOFILE the process may raise itself to (the hard limit),
-  // leaving the other half to open files, the undo logs and SQLite; at least 64.
+  // Half the RLIMIT_NOFILE the process may raise itself to (the hard limit), leaving
+  // the other half to open files, libfuse's worker threads (a /dev/fuse clone and a
+  // splice pipe each), the undo logs and SQLite; at least 64, at most
+  // kMaxDefaultCapacity (an O_PATH fd costs the kernel a struct file; reopening an
+  // evicted one by handle is cheap).
+  static constexpr size_t kMaxDefaultCapacity = 65536;
   static size_t default_capacity();
 
   void set_capacity(size_t n) EXCLUDES(mu_);

@@ -54,16 +54,17 @@ class InlineFh {
 
  private:
   uint8_t len_ = 0;
-  char bytes_[23] = {};
+  char bytes_[19] = {};
 };
 
+// One per object the kernel knows: its size is the daemon's memory per file of a large
+// tree (with the shared_ptr control block and the InodeTable's slot).
 struct Inode {
   uint64_t nodeid = 0;
-  uint64_t generation = 0;
   uint64_t ino = 0;  // backing inode number
   uint64_t nlookup = 0;  // guarded by the InodeTable's mutex (not annotated: another object's)
-  InlineFh fh;           // backing file handle (see store/backing.h)
-  mode_t type = 0;       // S_IFMT bits
+  uint32_t generation = 0;  // backing generation (32 bits on XFS and ext4, see backing.cc)
+  uint16_t type = 0;        // S_IFMT bits
   // Set once a transaction has changed the object: plain opens of it then bypass the
   // page cache (a transaction's writes move the kernel's shared file size).
   mutable std::atomic<bool> txn_written{false};
@@ -73,11 +74,14 @@ struct Inode {
   // a write acknowledged into it would be lost. (An object removed by a plain unlink
   // is different: POSIX keeps it usable through open files.)
   std::atomic<bool> gone{false};
+  InlineFh fh;  // backing file handle (see store/backing.h)
 
   Inode() = default;
   Inode(const Inode &) = delete;
   Inode &operator=(const Inode &) = delete;
 };
+
+static_assert(sizeof(Inode) <= 56, "an Inode per known object: keep it small");
 
 using InodePtr = std::shared_ptr<Inode>;
 
@@ -89,8 +93,8 @@ inline InodePtr make_inode(int fd, uint64_t nodeid, const struct stat &st) {
   BackingId id = backing_id(fd);
   i->ino = st.st_ino;
   i->nodeid = nodeid;
-  i->type = st.st_mode & S_IFMT;
-  i->generation = id.generation;
+  i->type = uint16_t(st.st_mode & S_IFMT);
+  i->generation = uint32_t(id.generation);
   i->fh = id.fh;
   return i;
 }
