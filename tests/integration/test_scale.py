@@ -14,7 +14,9 @@ backing file handles on demand and keeps at most the fd cache's capacity of them
 
 from __future__ import annotations
 
+import errno
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import pytest
@@ -207,3 +209,42 @@ def test_fd_cache_larger_than_the_limit_is_refused(xfs):
         assert open_fds(m) <= 100 + SLACK
     finally:
         m.close()
+
+
+def test_reused_inode_number_is_a_new_object(mnt):
+    """Holding no fd, the daemon does not keep a removed file's inode alive, so XFS may
+    give its number -- the nodeid -- to a new file while the kernel still knows the old
+    one (here: an O_PATH fd on the mount holds it). The new file must be served as
+    itself (the entry carries a new generation) and the old handle must be stale."""
+    mnt.umount()
+    mnt.mount("--fd-cache", "1")  # the daemon's fd of the removed file goes at once
+    d = mnt.path / "d"
+    os.mkdir(d)
+    tl.write_file(d / "old", b"old")
+    old_ino = os.stat(d / "old").st_ino
+    held = os.open(d / "old", os.O_PATH)
+    try:
+        os.unlink(d / "old")
+        reused = None
+        for i in range(2000):  # XFS hands out the lowest free inode of the chunk again
+            p = d / f"new{i}"
+            tl.write_file(p, b"new %d" % i)
+            if os.stat(p).st_ino == old_ino:
+                reused = (p, i)
+                break
+        if reused is None:
+            pytest.fail(f"XFS did not reuse inode {old_ino} in 2000 creations")
+        p, i = reused
+        assert p.read_bytes() == b"new %d" % i
+        os.chmod(p, 0o600)
+        assert os.stat(p).st_mode & 0o777 == 0o600
+        with pytest.raises(OSError) as e:
+            os.stat(f"/proc/self/fd/{held}")  # the removed file, through its old inode
+        # The kernel marked its old inode bad on seeing the new generation (EIO).
+        assert e.value.errno in (errno.EIO, errno.ESTALE, errno.ENOENT), e.value
+    finally:
+        os.close(held)  # the kernel forgets the old inode's lookups under the nodeid
+    time.sleep(0.5)  # FORGET is asynchronous
+    # The new file keeps its own lookups in the daemon: opening it (by nodeid) works.
+    assert p.read_bytes() == b"new %d" % i
+    assert sorted(os.listdir(d)) == sorted(f"new{k}" for k in range(i + 1))
