@@ -144,7 +144,8 @@ void op_statfs(fuse_req_t req, fuse_ino_t nodeid) {
   InodePtr i = inode_of(req, nodeid);
   struct statvfs sv;
   if (!i) return (void)fuse_reply_err(req, ESTALE);
-  if (::fstatvfs(fs_of(req).tree_fd, &sv) != 0)  // one file system: any of its fds return (void)fuse_reply_err(req, errno);
+  // One file system: any fd of it answers for every object.
+  if (::fstatvfs(fs_of(req).tree_fd, &sv) != 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_statfs(req, &sv);
 }
 
