@@ -11,7 +11,7 @@
 //     number, which is the nodeid (see schema.sql), to a new object. (nodeid,
 //     generation) still never names two objects: every entry reply carries the
 //     backing generation, and the kernel treats a known nodeid arriving with another
-//     generation as a new inode (it marks the old one bad: fuse_iget's stale check).
+//     generation as a new inode (its iget marks the old one bad as stale).
 //     The daemon does the same: the InodeTable replaces an entry whose generation
 //     differs (inode_table.h), and a pin of the old Inode answers ESTALE because XFS
 //     checks the generation in the handle.
