@@ -19,6 +19,7 @@
 //    41   TxnManager::clean_mu_        the cleaner's queue of committed logs
 //    50   LockManager::mu_             the lock table (and every LockOwner's held/waiting)
 //    60   InodeTable::mu_              nodeid -> Inode (and Inode::nlookup)
+//    65   FdCache::mu_                 backing identity -> cached O_PATH fd, LRU order
 //    70   CommittedView::mu_           committed state of entries/objects open txns changed
 //    80   StepMirror::mu_              undo steps queued for the undo_records table
 //    90   Invalidator::mu_             kernel-cache invalidations queued for its thread
@@ -56,6 +57,7 @@ enum class LockRank : uint8_t {
   kCleaner = 41,
   kLockManager = 50,
   kInodeTable = 60,
+  kFdCache = 65,
   kCommittedView = 70,
   kStepMirror = 80,
   kInvalidator = 90,

@@ -19,6 +19,7 @@ const char *lock_rank_name(LockRank r) {
     case LockRank::kCleaner: return "TxnManager::clean_mu_";
     case LockRank::kLockManager: return "LockManager::mu_";
     case LockRank::kInodeTable: return "InodeTable::mu_";
+    case LockRank::kFdCache: return "FdCache::mu_";
     case LockRank::kCommittedView: return "CommittedView::mu_";
     case LockRank::kStepMirror: return "StepMirror::mu_";
     case LockRank::kInvalidator: return "Invalidator::mu_";

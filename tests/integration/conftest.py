@@ -10,8 +10,9 @@
 The binary is $TXNFS_BIN or <repo>/build/src/txnfuse/txnfs.  Every test gets its own
 image, store and mount, so tests are independent and can run in any order.
 A watchdog kills the txnfs daemons of a test that runs longer than
-$TXNFS_TEST_TIMEOUT seconds (default 180), so a hung FUSE request fails the test
-instead of hanging the suite.
+$TXNFS_TEST_TIMEOUT seconds (default 180; a test marked `@pytest.mark.txnfs_timeout(S)`
+gets S if that is longer), so a hung FUSE request fails the test instead of hanging the
+suite.
 
 Every daemon the tests start gets TXNFS_STALL_DUMP (a directory of this session) and
 TXNFS_LOCK_ORDER_ABORT=1: a FUSE request unanswered for 30 s makes the daemon save every
@@ -36,6 +37,11 @@ import txnfs_lib as tl  # noqa: E402
 TEST_TIMEOUT = float(os.environ.get("TXNFS_TEST_TIMEOUT", "180"))
 
 _active_mounts: list[tl.Mount] = []
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "txnfs_timeout(seconds): a longer watchdog limit "
+                                       "for a test that is slow by design")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -85,13 +91,15 @@ def pytest_runtest_protocol(item, nextitem):
 
     def watchdog():
         fired.append(True)
-        sys.stderr.write(f"\n*** {item.nodeid}: exceeded {TEST_TIMEOUT:.0f} s; "
+        sys.stderr.write(f"\n*** {item.nodeid}: exceeded {limit:.0f} s; "
                          f"killing its txnfs daemons ***\n")
         for m in list(_active_mounts):
             if m.pid is not None:
                 tl.kill_and_wait(m.pid, 5)
 
-    t = threading.Timer(TEST_TIMEOUT, watchdog)
+    mark = item.get_closest_marker("txnfs_timeout")
+    limit = max(TEST_TIMEOUT, float(mark.args[0])) if mark else TEST_TIMEOUT
+    t = threading.Timer(limit, watchdog)
     t.daemon = True
     t.start()
     try:

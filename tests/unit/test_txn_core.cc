@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -63,7 +65,9 @@ struct Core {
     REQUIRE(fd >= 0);
     struct stat st;
     REQUIRE(::fstat(fd, &st) == 0);
-    return make_inode(fd, env.nodeid_of(st.st_ino), st);
+    InodePtr i = make_inode(fd, env.nodeid_of(st.st_ino), st);
+    ::close(fd);  // the core pins fds through env.fds, by handle
+    return i;
   }
   // Begins a transaction bound to the calling thread; returns it.
   TxnPtr begin() {
@@ -250,6 +254,85 @@ TEST_CASE("the inode table keeps one Inode per nodeid until the kernel forgets e
   CHECK(table.size() == 0);
   table.forget(7, 1);  // a forget for a nodeid no longer known is ignored
   CHECK(table.size() == 0);
+}
+
+TEST_CASE("the inode table agrees with a map through many inserts and forgets") {
+  InodeTable table;
+  std::map<uint64_t, uint64_t> want;  // nodeid -> lookups
+  std::mt19937_64 rng(42);
+  for (int step = 0; step < 200000; step++) {
+    // Clustered nodeids, as inode numbers are: long probe runs and wrap-arounds.
+    uint64_t nodeid = 2 + rng() % 5000;
+    if (rng() % 3) {
+      auto i = std::make_shared<Inode>();
+      i->nodeid = nodeid;
+      REQUIRE(table.add_lookup(i)->nodeid == nodeid);
+      want[nodeid]++;
+    } else {
+      uint64_t n = 1 + rng() % 3;
+      table.forget(nodeid, n);
+      if (auto it = want.find(nodeid); it != want.end() && (it->second -= std::min(n, it->second)) == 0)
+        want.erase(it);
+    }
+  }
+  CHECK(table.size() == want.size());
+  for (uint64_t nodeid = 2; nodeid < 5002; nodeid++) {
+    InodePtr i = table.get(nodeid);
+    auto it = want.find(nodeid);
+    REQUIRE(bool(i) == (it != want.end()));
+    if (i) CHECK(i->nlookup == it->second);
+  }
+}
+
+TEST_CASE("a lookup of a reused inode number replaces the earlier object and takes its lookups") {
+  InodeTable table;
+  auto make = [](uint64_t nodeid, uint64_t generation) {
+    auto i = std::make_shared<Inode>();
+    i->nodeid = nodeid;
+    i->generation = generation;
+    return i;
+  };
+  InodePtr old = make(9, 1);
+  table.add_lookup(old);
+  table.add_lookup(old);
+  InodePtr reused = make(9, 2);
+  CHECK(table.add_lookup(reused) == reused);
+  CHECK(table.get(9) == reused);
+  CHECK(reused->nlookup == 3);
+  table.forget(9, 2);  // the kernel forgets the stale inode's two lookups
+  CHECK(table.get(9) == reused);
+  table.forget(9, 1);
+  CHECK(table.get(9) == nullptr);
+}
+
+TEST_CASE("the fd cache keeps at most its capacity idle and never closes a pinned fd") {
+  NEED_CORE(c);
+  c.env.fds.set_capacity(2);
+  for (const char *n : {"a", "b", "c"}) c.put(n, n);
+  InodePtr a = c.inode("a"), b = c.inode("b"), f = c.inode("c");
+  InodeFd pa = c.env.pin(*a);
+  REQUIRE(pa);
+  int held = pa.get();
+  REQUIRE(c.env.pin(*b));
+  REQUIRE(c.env.pin(*f));  // evicts a's entry, which pa still pins
+  CHECK(c.env.fds.size() == 2);
+  struct stat st;
+  REQUIRE(::fstatat(held, "", &st, AT_EMPTY_PATH) == 0);
+  CHECK(st.st_ino == a->ino);
+  InodeFd again = c.env.pin(*a);  // a miss: opened again by handle
+  REQUIRE(again);
+  REQUIRE(::fstatat(again.get(), "", &st, AT_EMPTY_PATH) == 0);
+  CHECK(st.st_ino == a->ino);
+  pa = InodeFd();
+  again = InodeFd();
+  // An object that is gone answers ESTALE (its inode is freed; the generation differs).
+  REQUIRE(::unlink(c.p("b").c_str()) == 0);
+  c.env.fds.set_capacity(1);  // drops b's idle fd, which held it alive
+  c.env.fds.set_capacity(2);
+  REQUIRE(c.env.pin(*a));
+  InodeFd gone = c.env.pin(*b);
+  CHECK(!gone);
+  CHECK(gone.err() == ESTALE);
 }
 
 TEST_CASE("a committed read that meets a finished transaction's vanished log reads again") {

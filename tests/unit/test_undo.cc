@@ -275,7 +275,9 @@ struct Recording {
     int fd = ::open(e.p(rel).c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || ::fstat(fd, &st) != 0) die("open O_PATH " + rel);
-    return make_inode(fd, env.nodeid_of(st.st_ino), st);
+    InodePtr i = make_inode(fd, env.nodeid_of(st.st_ino), st);
+    ::close(fd);  // the core pins fds through env.fds, by handle
+    return i;
   }
   struct stat lstat_of(const std::string &rel) {
     struct stat st;

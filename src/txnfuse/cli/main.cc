@@ -73,6 +73,10 @@ int main(int argc, char **argv) {
                     "operations one transaction may perform")->capture_default_str();
   mount->add_option("--max-txn-backup-bytes", mo.max_backup_bytes,
                     "bytes one transaction may back up")->capture_default_str();
+  mount->add_option("--fd-cache", mo.fd_cache,
+                    "O_PATH fds kept open for files the kernel knows, reopened by handle "
+                    "on demand (default: half the open-file hard limit)")
+      ->check(CLI::PositiveNumber);
 
   auto *umount = app.add_subcommand("umount", "Unmount a txnfs mount point");
   umount->add_option("MOUNTPOINT", mountpoint, "the mount point")->required();

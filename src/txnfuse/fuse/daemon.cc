@@ -28,6 +28,10 @@ namespace txnfs {
 
 namespace {
 
+// File descriptors kept free of the fd cache: the FUSE device, the store's directories
+// and lock, SQLite's database and WAL files, the undo logs of running transactions.
+constexpr uint64_t kFdReserve = 64;
+
 // Lock-order violations (src/sync/mutex.h) go to the log and, like stalls, leave a
 // file in TXNFS_STALL_DUMP for the test suite to find.
 void report_lock_order(const std::string &m) {
@@ -102,6 +106,15 @@ int run_mount(const MountOptions &opts) {
   if (!o.log_file.empty() && o.log_file[0] != '/') o.log_file = std::filesystem::absolute(o.log_file);
   check_store_layout(fs.paths);
   StoreLock lock(fs.paths);
+  // The fd cache must leave room under the open-file limit for open files, the undo
+  // logs and SQLite, or creating files fails with EMFILE instead of evicting.
+  if (rlimit rl; opts.fd_cache && ::getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+                 rl.rlim_max != RLIM_INFINITY && opts.fd_cache + kFdReserve > rl.rlim_max)
+    throw Error(fmt::format("fd cache of {} fds does not fit the open-file limit of {} "
+                            "(it needs {} more for open files and the database)",
+                            opts.fd_cache, rl.rlim_max, kFdReserve),
+                "choose a smaller fd_cache, or raise the limit (ulimit -Hn, LimitNOFILE=)");
+  fs.fds.set_capacity(opts.fd_cache ? opts.fd_cache : FdCache::default_capacity());
 
   fs.tree_fd = ::open(fs.paths.tree.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fs.tree_fd < 0) throw_errno("open " + fs.paths.tree, errno);
@@ -183,15 +196,14 @@ int run_mount(const MountOptions &opts) {
 
   fs.db = MetaDb::open(fs.paths.db);
   fs.root = std::make_shared<Inode>();
-  fs.root->fd = ::dup(fs.tree_fd);
   fs.root->nodeid = FUSE_ROOT_ID;
   fs.root->ino = tree.ino;
-  fs.root->generation = tree.generation;
+  fs.root->generation = uint32_t(tree.generation);
   fs.root->fh = tree.fh;
   fs.root->type = S_IFDIR;
   fs.inodes.add_lookup(fs.root);  // the root never leaves the table
   ::umask(0);                     // modes arrive with the caller's umask applied
-  // One O_PATH fd per inode the kernel holds: the soft limit (often 1024) is far too low.
+  // Open files take one fd each besides the fd cache: allow as many as the hard limit.
   if (rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
     rl.rlim_cur = rl.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &rl);

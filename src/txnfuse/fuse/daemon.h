@@ -21,6 +21,9 @@ struct MountOptions {
   std::chrono::milliseconds lock_timeout = TxnLimits::kDefaultLockTimeout;
   uint64_t max_ops = TxnLimits::kDefaultMaxOps;
   uint64_t max_backup_bytes = TxnLimits::kDefaultMaxBackupBytes;
+  // O_PATH fds the daemon keeps open for objects the kernel knows (txn/fd_cache.h);
+  // 0: FdCache::default_capacity(), half the open-file hard limit.
+  uint64_t fd_cache = 0;
 };
 
 // Mounts and serves until unmounted. Throws Error (having changed nothing) when the

@@ -21,9 +21,10 @@ namespace {
 // A reference of the set, resolved: its nodeid, and an fd to look names up in.
 struct Ref {
   uint64_t nodeid = 0;
-  int fd = -1;    // borrowed from `inode` or owned by `own`
+  int fd = -1;    // borrowed from `pin` or owned by `own`
   InodePtr inode;
   UniqueFd own;
+  InodeFd pin;    // the inode's O_PATH fd, pinned in the fd cache while the set resolves
 };
 
 bool valid_name(std::string_view n, bool dotdot_ok) {
@@ -58,8 +59,13 @@ int acquire_lock_set(Fs &fs, Txn &t, std::string_view records,
     switch (r.kind) {
       case TXNFS_REC_NODE: {
         InodePtr i = r.node == FUSE_ROOT_ID ? fs.root : fs.inodes.get(r.node);
-        if (i && !i->gone) refs.push_back(Ref{r.node, i->fd, i, {}});
-        else refs.emplace_back();
+        InodeFd pin = i && !i->gone ? fs.pin(*i) : InodeFd(ESTALE);
+        if (pin) {
+          int fd = pin.get();
+          refs.push_back(Ref{r.node, fd, i, {}, std::move(pin)});
+        } else {
+          refs.emplace_back();
+        }
         break;
       }
       case TXNFS_REC_CHILD: {

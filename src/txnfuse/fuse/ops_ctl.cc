@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "txnfuse/fuse/fs.h"
@@ -86,7 +87,13 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
     case TXNFS_IOC_STATUS: {
       if (out_bufsz < sizeof(txnfs_ioc_status)) return (void)fuse_reply_err(req, EINVAL);
       auto st = std::make_unique<txnfs_ioc_status>();
-      std::string json = tm.status_json();
+      // The daemon's share: the objects the kernel knows and the fds held for them.
+      nlohmann::json j = nlohmann::json::parse(tm.status_json());
+      Fs &fs = fs_of(req);
+      j["inodes"] = {{"known", fs.inodes.size()},
+                     {"fd_cache", fs.fds.size()},
+                     {"fd_cache_capacity", fs.fds.capacity()}};
+      std::string json = j.dump();
       st->truncated = json.size() >= sizeof st->json;
       st->len = uint32_t(std::min(json.size(), sizeof st->json - 1));
       std::memcpy(st->json, json.data(), st->len);

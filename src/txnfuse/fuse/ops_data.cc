@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "store/backing.h"
 #include "txnfuse/fuse/fs.h"
 #include "txnfuse/fuse/op.h"
 #include "txnfuse/txn/recorder.h"
@@ -26,8 +27,9 @@ void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
     if (!err && op.txn()) err = save_truncate(op.fs(), *op.txn(), *i, 0);
   }
   if (err) return (void)fuse_reply_err(req, err);
-  int fd = ::open(proc_path(i->fd).c_str(), backing_open_flags(fi->flags));
-  if (fd < 0) return (void)fuse_reply_err(req, errno);
+  // Opened by handle: no O_PATH fd needs pinning for it.
+  int fd = open_by_fh(op.fs().tree_fd, i->fh, backing_open_flags(fi->flags));
+  if (fd < 0) return (void)fuse_reply_err(req, -fd);
   if ((fi->flags & O_TRUNC))
     if (int e = kill_privs(req, fd, fi->kill_suidgid)) {
       ::close(fd);
@@ -147,7 +149,8 @@ void op_statfs(fuse_req_t req, fuse_ino_t nodeid) {
   InodePtr i = inode_of(req, nodeid);
   struct statvfs sv;
   if (!i) return (void)fuse_reply_err(req, ESTALE);
-  if (::fstatvfs(i->fd, &sv) != 0) return (void)fuse_reply_err(req, errno);
+  // One file system: any fd of it answers for every object.
+  if (::fstatvfs(fs_of(req).tree_fd, &sv) != 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_statfs(req, &sv);
 }
 
@@ -164,8 +167,13 @@ void reply_xattr_result(fuse_req_t req, size_t size, ssize_t n, const std::vecto
 // open transaction has changed them — the snapshot that transaction saved. An O_PATH
 // fd (err() tells why there is none).
 UniqueFd xattr_source(Op &op, const Inode &i) {
-  if (op.plain_isolated()) return op.fs().view.xattr_source(i.nodeid, i.fd);
-  return UniqueFd(::fcntl(i.fd, F_DUPFD_CLOEXEC, 0));
+  InodeFd fd = op.fs().pin(i);
+  if (!fd) {
+    errno = fd.err();
+    return UniqueFd(-1);
+  }
+  if (op.plain_isolated()) return op.fs().view.xattr_source(i.nodeid, fd.get());
+  return UniqueFd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
 }
 
 // getxattr/listxattr: `call(path, buf, size)` on the xattr source of the object.
@@ -199,8 +207,10 @@ void op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, const char
   Op op(req);
   auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_xattrs(op.fs(), *op.txn(), *i);
+  InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
+  if (!err && !fd) err = fd.err();
   if (err) return (void)fuse_reply_err(req, err);
-  int rc = ::setxattr(proc_path(i->fd).c_str(), name, value, size, flags);
+  int rc = ::setxattr(proc_path(fd.get()).c_str(), name, value, size, flags);
   fuse_reply_err(req, rc == 0 ? 0 : errno);
 }
 
@@ -208,8 +218,10 @@ void op_removexattr(fuse_req_t req, fuse_ino_t nodeid, const char *name) {
   Op op(req);
   auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_xattrs(op.fs(), *op.txn(), *i);
+  InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
+  if (!err && !fd) err = fd.err();
   if (err) return (void)fuse_reply_err(req, err);
-  int rc = ::removexattr(proc_path(i->fd).c_str(), name);
+  int rc = ::removexattr(proc_path(fd.get()).c_str(), name);
   fuse_reply_err(req, rc == 0 ? 0 : errno);
 }
 

@@ -15,6 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "store/backing.h"
 #include "txnfuse/fuse/fs.h"
 #include "txnfuse/fuse/op.h"
 
@@ -44,8 +45,8 @@ bool is_dot_or_dotdot(const char *n) {
 void op_opendir(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   InodePtr i = inode_of(req, nodeid);
   if (!i) return (void)fuse_reply_err(req, ESTALE);
-  int fd = ::openat(i->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return (void)fuse_reply_err(req, errno);
+  int fd = open_by_fh(fs_of(req).tree_fd, i->fh, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return (void)fuse_reply_err(req, -fd);
   auto d = std::make_unique<DirHandle>();
   d->dp = ::fdopendir(fd);
   if (!d->dp) {

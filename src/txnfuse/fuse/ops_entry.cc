@@ -70,20 +70,22 @@ void record_handle(Fs &fs, const Inode &i, uint64_t parent, const char *name, bo
 }
 
 // Shared tail of lookups: `fd` is an O_PATH fd to the object found as `name` in
-// `parent`; a new inode keeps it.
+// `parent`; the fd cache keeps it for the next request on the object. A known nodeid
+// of another generation is an earlier object whose inode number the found one reuses:
+// it gets a new Inode (see txn/inode.h).
 int lookup_fd(Fs &fs, UniqueFd fd, uint64_t parent, const char *name, bool fresh,
               fuse_entry_param *e) {
   struct stat st;
   if (int err = stat_fd(fd.get(), &st)) return err;
   uint64_t nodeid = fs.nodeid_of(st.st_ino);
-  if (InodePtr known = fs.inodes.get(nodeid)) {
-    fd.reset();
-    known = fs.inodes.add_lookup(known);
-    fill_entry(fs, *known, st, e);
-    return 0;
+  InodePtr i = make_inode(fd.get(), nodeid, st);
+  InodePtr known = fs.inodes.get(nodeid);
+  if (known && known->generation == i->generation) {
+    i = std::move(known);
+  } else {
+    record_handle(fs, *i, parent, name, fresh);
   }
-  InodePtr i = make_inode(fd.release(), nodeid, st);
-  record_handle(fs, *i, parent, name, fresh);
+  fs.fds.adopt(*i, std::move(fd));
   i = fs.inodes.add_lookup(i);
   fill_entry(fs, *i, st, e);
   return 0;
@@ -93,7 +95,9 @@ int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
                 fuse_entry_param *e) {
   if (parent->nodeid == FUSE_ROOT_ID && std::strcmp(name, "..") == 0)
     name = ".";  // the tree root is its own parent: never step into the store
-  UniqueFd fd(::openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  InodeFd dir = fs.pin(*parent);
+  if (!dir) return dir.err();
+  UniqueFd fd(::openat(dir.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return fd.err();
   return lookup_fd(fs, std::move(fd), parent->nodeid, name, fresh, e);
 }
@@ -102,8 +106,10 @@ int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
 // restart). Serves any nodeid the handle table knows; anything else is stale.
 int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e) {
   if (InodePtr i = nodeid == FUSE_ROOT_ID ? fs.root : fs.inodes.get(nodeid)) {
+    InodeFd fd = fs.pin(*i);
+    if (!fd) return ENOENT;  // removed and freed; the kernel reports ESTALE
     struct stat st;
-    if (int err = stat_fd(i->fd, &st)) return err;
+    if (int err = stat_fd(fd.get(), &st)) return err;
     if (st.st_nlink == 0) return ENOENT;  // removed; the kernel has not forgotten it yet
     i = fs.inodes.add_lookup(i);
     fill_entry(fs, *i, st, e);
@@ -192,7 +198,9 @@ void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
   auto [i, err] = op.on_read(nodeid);
   struct stat st;
   if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
-  if (!err) err = stat_fd(i->fd, &st);
+  InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
+  if (!err && !fd) err = fd.err();
+  if (!err) err = stat_fd(fd.get(), &st);
   if (err) return (void)fuse_reply_err(req, err);
   double timeout = op.attr_timeout(nodeid);
   if (op.plain_isolated() && !op.fs().view.attrs(nodeid, st)) timeout = 0;
@@ -207,18 +215,20 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
   if (!err && op.txn())
     err = (valid & FUSE_SET_ATTR_SIZE) ? save_truncate(op.fs(), *op.txn(), *i, attr->st_size)
                                        : save_attrs(op.fs(), *op.txn(), *i);
+  InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
+  if (!err && !fd) err = fd.err();
   if (err) return (void)fuse_reply_err(req, err);
   int rc = 0;
   if (valid & FUSE_SET_ATTR_MODE)
-    rc = fi ? ::fchmod(fd_of(fi), attr->st_mode) : ::chmod(proc_path(i->fd).c_str(), attr->st_mode);
+    rc = fi ? ::fchmod(fd_of(fi), attr->st_mode) : ::chmod(proc_path(fd.get()).c_str(), attr->st_mode);
   if (rc == 0 && (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
     uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : uid_t(-1);
     gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : gid_t(-1);
-    rc = ::fchownat(i->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+    rc = ::fchownat(fd.get(), "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
   }
   if (rc == 0 && (valid & FUSE_SET_ATTR_SIZE))
     rc = fi ? ::ftruncate(fd_of(fi), attr->st_size)
-            : ::truncate(proc_path(i->fd).c_str(), attr->st_size);
+            : ::truncate(proc_path(fd.get()).c_str(), attr->st_size);
   if (rc == 0 && (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
     auto pick = [valid](int set, int now, const timespec &t) {
       if (valid & now) return timespec{0, UTIME_NOW};
@@ -226,12 +236,12 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
     };
     timespec tv[2] = {pick(FUSE_SET_ATTR_ATIME, FUSE_SET_ATTR_ATIME_NOW, attr->st_atim),
                       pick(FUSE_SET_ATTR_MTIME, FUSE_SET_ATTR_MTIME_NOW, attr->st_mtim)};
-    rc = fi ? ::futimens(fd_of(fi), tv) : ::utimensat(i->fd, "", tv, AT_EMPTY_PATH);
+    rc = fi ? ::futimens(fd_of(fi), tv) : ::utimensat(fd.get(), "", tv, AT_EMPTY_PATH);
   }
   if (rc != 0) return (void)fuse_reply_err(req, errno);
   // (FUSE_SET_ATTR_KILL_SUID is the kernel's FATTR_KILL_SUIDGID: both bits)
   if ((valid & FUSE_SET_ATTR_SIZE) && !(valid & FUSE_SET_ATTR_MODE))
-    if (int e = kill_privs(req, i->fd, valid & FUSE_SET_ATTR_KILL_SUID))
+    if (int e = kill_privs(req, fd.get(), valid & FUSE_SET_ATTR_KILL_SUID))
       return (void)fuse_reply_err(req, e);
   // A SETATTR that sets nothing is a chown changing no id (chown(f, -1, -1)): with
   // HANDLE_KILLPRIV_V2 the kernel leaves its set-ID clearing to the file system. (A
@@ -240,9 +250,9 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
                          FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
                          FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW;
   if (!(valid & kAttrs))
-    if (int e = kill_privs(req, i->fd, false, true)) return (void)fuse_reply_err(req, e);
+    if (int e = kill_privs(req, fd.get(), false, true)) return (void)fuse_reply_err(req, e);
   struct stat st;
-  if (int e = stat_fd(i->fd, &st)) return (void)fuse_reply_err(req, e);
+  if (int e = stat_fd(fd.get(), &st)) return (void)fuse_reply_err(req, e);
   op.adjust(st);
   fuse_reply_attr(req, &st, op.attr_timeout(nodeid));
 }
@@ -251,9 +261,11 @@ void op_readlink(fuse_req_t req, fuse_ino_t nodeid) {
   Op op(req);
   // A symlink's target never changes (only its name does): no lock needed.
   auto [i, err] = op.on_read(nodeid);
+  InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
+  if (!err && !fd) err = fd.err();
   if (err) return (void)fuse_reply_err(req, err);
   char buf[PATH_MAX + 1];
-  ssize_t n = ::readlinkat(i->fd, "", buf, sizeof buf);
+  ssize_t n = ::readlinkat(fd.get(), "", buf, sizeof buf);
   if (n < 0) return (void)fuse_reply_err(req, errno);
   if (n == ssize_t(sizeof buf)) return (void)fuse_reply_err(req, ENAMETOOLONG);
   buf[n] = 0;
@@ -265,16 +277,16 @@ void op_readlink(fuse_req_t req, fuse_ino_t nodeid) {
 // system set it. chown clears set-ID bits, so they are put back afterwards.
 // The bits put back are those the entry was born with (a default ACL may have masked
 // the mode asked for).
-int own_new_entry(fuse_req_t req, const InodePtr &parent, const char *name, mode_t mode) {
+int own_new_entry(fuse_req_t req, int dirfd, const char *name, mode_t mode) {
   const fuse_ctx *ctx = fuse_req_ctx(req);
   struct stat pst, st;
-  if (int err = stat_fd(parent->fd, &pst)) return err;
+  if (int err = stat_fd(dirfd, &pst)) return err;
   gid_t gid = (pst.st_mode & S_ISGID) ? gid_t(-1) : ctx->gid;
   if (ctx->uid == 0 && (gid == gid_t(-1) || gid == 0)) return 0;
-  if (::fstatat(parent->fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
-  if (::fchownat(parent->fd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+  if (::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+  if (::fchownat(dirfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0) return errno;
   if (!S_ISLNK(mode) && (st.st_mode & (S_ISUID | S_ISGID | S_ISVTX)) &&
-      ::fchmodat(parent->fd, name, st.st_mode & 07777, 0) != 0)
+      ::fchmodat(dirfd, name, st.st_mode & 07777, 0) != 0)
     return errno;
   return 0;
 }
@@ -284,9 +296,9 @@ int own_new_entry(fuse_req_t req, const InodePtr &parent, const char *name, mode
 // parent has no default ACL; with one, the backing file system (plain requests, the
 // daemon's umask is 0) or txn_make masks the mode by the ACL. Called with the parent's
 // entry lock held, so the parent's default ACL cannot change in between.
-mode_t creation_mode(fuse_req_t req, const InodePtr &parent, mode_t mode) {
+mode_t creation_mode(fuse_req_t req, int dirfd, mode_t mode) {
   if (S_ISLNK(mode)) return mode;
-  ssize_t n = ::getxattr(proc_path(parent->fd).c_str(), "system.posix_acl_default", nullptr, 0);
+  ssize_t n = ::getxattr(proc_path(dirfd).c_str(), "system.posix_acl_default", nullptr, 0);
   if (n > 0) return mode;
   return mode & ~(fuse_req_ctx(req)->umask & 0777);
 }
@@ -300,16 +312,18 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
   Fs &fs = op.fs();
   int err = op.lock_entry(parent->nodeid, name, true);
   if (err) return err;
-  mode = creation_mode(req, parent, mode);
+  InodeFd dir = fs.pin(*parent);
+  if (!dir) return dir.err();
+  mode = creation_mode(req, dir.get(), mode);
   auto make = [&](int dirfd, const char *n) { return make_as(dirfd, n, mode & 07777); };
   if (Txn *t = op.txn()) {
     const fuse_ctx *ctx = fuse_req_ctx(req);
     err = txn_make(fs, *t, *parent, name, mode, make, ctx->uid, ctx->gid);
     if (err) return err;
   } else {
-    if ((err = make(parent->fd, name))) return err;
-    if ((err = own_new_entry(req, parent, name, mode))) {
-      ::unlinkat(parent->fd, name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
+    if ((err = make(dir.get(), name))) return err;
+    if ((err = own_new_entry(req, dir.get(), name, mode))) {
+      ::unlinkat(dir.get(), name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
       return err;
     }
   }
@@ -319,7 +333,7 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
     spdlog::error("recording new entry {} in {}: {}", name, parent->nodeid, ex.what());
     err = EIO;
   }
-  if (err && !op.txn()) ::unlinkat(parent->fd, name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
+  if (err && !op.txn()) ::unlinkat(dir.get(), name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
   if (!err) op.set_timeouts(*e, true);
   return err;
 }
@@ -380,15 +394,19 @@ void op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent, const char
   int err = op.error() ? op.error() : (!i || !p) ? ESTALE : 0;
   if (!err) err = op.lock_entry(newparent, newname, true);
   if (!err) err = op.lock_object(nodeid, LockMode::X);
+  InodeFd fd = err ? InodeFd() : fs.pin(*i);
+  InodeFd dir = err ? InodeFd() : fs.pin(*p);
+  if (!err && !fd) err = fd.err();
+  if (!err && !dir) err = dir.err();
   if (!err) {
     if (op.txn())
       err = txn_link(fs, *op.txn(), *i, *p, newname);
     else
-      err = errno_of(::linkat(AT_FDCWD, proc_path(i->fd).c_str(), p->fd, newname,
+      err = errno_of(::linkat(AT_FDCWD, proc_path(fd.get()).c_str(), dir.get(), newname,
                               AT_SYMLINK_FOLLOW));
   }
   struct stat st;
-  if (!err) err = stat_fd(i->fd, &st);
+  if (!err) err = stat_fd(fd.get(), &st);
   if (err) return (void)fuse_reply_err(req, err);
   fuse_entry_param e;
   fs.inodes.add_lookup_existing(i);
@@ -413,15 +431,17 @@ void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, int flags
   Fs &fs = op.fs();
   InodePtr p = inode_of(req, parent);
   int err = op.error() ? op.error() : !p ? ESTALE : op.lock_entry(parent, name, true);
+  InodeFd dir = err ? InodeFd() : fs.pin(*p);
+  if (!err && !dir) err = dir.err();
   struct stat vst;
-  if (!err) err = ::fstatat(p->fd, name, &vst, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : errno;
+  if (!err) err = ::fstatat(dir.get(), name, &vst, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : errno;
   if (!err) err = op.lock_object(fs.nodeid_of(vst.st_ino), LockMode::X);
   if (err) return (void)fuse_reply_err(req, err);
   if (Txn *t = op.txn())
     return (void)fuse_reply_err(req, txn_remove(fs, *t, *p, name, flags & AT_REMOVEDIR));
-  int victim = ::openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  int victim = ::openat(dir.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (victim < 0) return (void)fuse_reply_err(req, errno);
-  err = ::unlinkat(p->fd, name, flags) == 0 ? 0 : errno;
+  err = ::unlinkat(dir.get(), name, flags) == 0 ? 0 : errno;
   try {
     if (!err) unrecord_name(fs, victim, parent, name);
   } catch (const std::exception &ex) {
@@ -443,10 +463,12 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
 // object it gets its handle row at once (an abort's undo removes the whiteout and
 // reports it, and its row goes then).
 void record_whiteout(Fs &fs, const InodePtr &parent, const char *name) {
-  UniqueFd fd(::openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  InodeFd dir = fs.pin(*parent);
+  if (!dir) return;
+  UniqueFd fd(::openat(dir.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   struct stat st;
   if (!fd || stat_fd(fd.get(), &st) != 0) return;
-  InodePtr w = make_inode(fd.release(), fs.nodeid_of(st.st_ino), st);
+  InodePtr w = make_inode(fd.get(), fs.nodeid_of(st.st_ino), st);
   record_handle(fs, *w, parent->nodeid, name, true);
 }
 
@@ -458,10 +480,14 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
   int err = op.error() ? op.error() : (!p || !np) ? ESTALE : 0;
   if (!err) err = op.lock_entry(parent, name, true);
   if (!err) err = op.lock_entry(newparent, newname, true);
+  InodeFd dir = err ? InodeFd() : fs.pin(*p);
+  InodeFd newdir = err ? InodeFd() : fs.pin(*np);
+  if (!err && !dir) err = dir.err();
+  if (!err && !newdir) err = newdir.err();
   if (err) return (void)fuse_reply_err(req, err);
-  int src = ::openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  int src = ::openat(dir.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (src < 0) return (void)fuse_reply_err(req, errno);
-  int dst = ::openat(np->fd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  int dst = ::openat(newdir.get(), newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   struct stat sst, dst_st;
   bool same = false;
   if (stat_fd(src, &sst) == 0) err = op.lock_object(fs.nodeid_of(sst.st_ino), LockMode::X);
@@ -473,7 +499,7 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
     if (op.txn())
       err = txn_rename(fs, *op.txn(), *p, name, *np, newname, flags);
     else
-      err = ::renameat2(p->fd, name, np->fd, newname, flags) == 0 ? 0 : errno;
+      err = ::renameat2(dir.get(), name, newdir.get(), newname, flags) == 0 ? 0 : errno;
   }
   try {
     if (!err && !same && stat_fd(src, &sst) == 0) {

@@ -1,62 +1,100 @@
-// Inode — one backing object as the kernel knows it (by nodeid), held open.
+// Inode — one backing object as the kernel knows it (by nodeid).
 //
-// Invariant: while an Inode lives it holds an O_PATH fd to its backing object, so the
-// backing inode number cannot be reused by another object; that is what makes
-// nodeid = backing inode number safe (see schema.sql). The daemon's InodeTable
-// (fuse/inode_table.h) keeps one per nodeid the kernel holds; the transaction core
-// reads the identity and the fd.
+// Invariants:
+//   - an Inode names its backing object by file handle (fh: inode number and
+//     generation on XFS) and holds no fd: a request pins an O_PATH fd through the
+//     FdCache (txn/fd_cache.h, TxnEnv::pin), which opens it by handle on demand. So
+//     the daemon's file descriptors do not grow with the number of objects the kernel
+//     knows;
+//   - holding no fd, an Inode does not keep its backing inode alive: once the object
+//     is removed and nothing else holds it (an open file does), XFS may give its inode
+//     number, which is the nodeid (see schema.sql), to a new object. (nodeid,
+//     generation) still never names two objects: every entry reply carries the
+//     backing generation, and the kernel treats a known nodeid arriving with another
+//     generation as a new inode (its iget marks the old one bad as stale).
+//     The daemon does the same: the InodeTable replaces an entry whose generation
+//     differs (inode_table.h), and a pin of the old Inode answers ESTALE because XFS
+//     checks the generation in the handle.
+// The daemon's InodeTable (fuse/inode_table.h) keeps one per nodeid the kernel holds;
+// the transaction core reads the identity and pins fds.
 #pragma once
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "store/backing.h"
+#include "store/error.h"
 
 namespace txnfs {
 
+// A serialized backing file handle (store/backing.h) kept inside the Inode: XFS and
+// ext4 handles are 8 or 12 bytes plus the 4-byte type, so a heap string per Inode
+// would cost more than the handle. Converts to the std::string the rest of the code
+// passes handles as.
+class InlineFh {
+ public:
+  InlineFh() = default;
+  InlineFh &operator=(std::string_view s) {
+    if (s.size() > sizeof bytes_)
+      throw Error("backing file handle of " + std::to_string(s.size()) + " bytes",
+                  "the store must live on XFS (or ext4)");
+    len_ = uint8_t(s.size());
+    std::memcpy(bytes_, s.data(), s.size());
+    return *this;
+  }
+  std::string_view view() const { return {bytes_, len_}; }
+  operator std::string() const { return std::string(view()); }  // NOLINT: implicit on purpose
+  bool operator==(std::string_view s) const { return view() == s; }
+
+ private:
+  uint8_t len_ = 0;
+  char bytes_[19] = {};
+};
+
+// One per object the kernel knows: its size is the daemon's memory per file of a large
+// tree (with the shared_ptr control block and the InodeTable's slot).
 struct Inode {
-  int fd = -1;  // O_PATH, O_NOFOLLOW fd to the backing object
   uint64_t nodeid = 0;
-  uint64_t generation = 0;
   uint64_t ino = 0;  // backing inode number
-  std::string fh;    // backing file handle (see store/backing.h)
-  mode_t type = 0;   // S_IFMT bits
   uint64_t nlookup = 0;  // guarded by the InodeTable's mutex (not annotated: another object's)
+  uint32_t generation = 0;  // backing generation (32 bits on XFS and ext4, see backing.cc)
+  uint16_t type = 0;        // S_IFMT bits
   // Set once a transaction has changed the object: plain opens of it then bypass the
   // page cache (a transaction's writes move the kernel's shared file size).
   mutable std::atomic<bool> txn_written{false};
   // Set when an aborted transaction's creation of the object is undone: the object
   // never existed, and every request through its nodeid or an open file of it answers
-  // ESTALE -- the backing inode it still holds is unlinked, and a write acknowledged
-  // into it would be lost. (An object removed by a plain unlink is different: POSIX
-  // keeps it usable through open files.)
+  // ESTALE -- the backing inode may still exist unlinked (an open file holds it), and
+  // a write acknowledged into it would be lost. (An object removed by a plain unlink
+  // is different: POSIX keeps it usable through open files.)
   std::atomic<bool> gone{false};
+  InlineFh fh;  // backing file handle (see store/backing.h)
 
   Inode() = default;
   Inode(const Inode &) = delete;
   Inode &operator=(const Inode &) = delete;
-  ~Inode() {
-    if (fd >= 0) ::close(fd);
-  }
 };
+
+static_assert(sizeof(Inode) <= 56, "an Inode per known object: keep it small");
 
 using InodePtr = std::shared_ptr<Inode>;
 
-// An Inode for the object behind `fd` (O_PATH, O_NOFOLLOW), which it takes over;
-// `st` is that object's stat, `nodeid` the one the kernel sees for it.
+// An Inode for the object behind `fd` (O_PATH, O_NOFOLLOW; read only, not kept: hand
+// it to the FdCache to reuse it); `st` is that object's stat, `nodeid` the one the
+// kernel sees for it.
 inline InodePtr make_inode(int fd, uint64_t nodeid, const struct stat &st) {
   auto i = std::make_shared<Inode>();
-  i->fd = fd;
   BackingId id = backing_id(fd);
   i->ino = st.st_ino;
   i->nodeid = nodeid;
-  i->type = st.st_mode & S_IFMT;
-  i->generation = id.generation;
+  i->type = uint16_t(st.st_mode & S_IFMT);
+  i->generation = uint32_t(id.generation);
   i->fh = id.fh;
   return i;
 }

@@ -91,15 +91,15 @@ void save_attrs_locked(TxnEnv &env, Txn &t, int fd, const BackingId &id) REQUIRE
   }
 }
 
-void save_attrs_locked(TxnEnv &env, Txn &t, const Inode &obj) REQUIRES(t.mu) {
-  save_attrs_locked(env, t, obj.fd, id_of(obj));
+void save_attrs_locked(TxnEnv &env, Txn &t, const Inode &obj, const InodeFd &fd) REQUIRES(t.mu) {
+  save_attrs_locked(env, t, fd.get(), id_of(obj));
 }
 
 // Records the committed state of (dir, name) for plain readers (see txn/committed_view.h),
 // before the transaction's first change to that entry.
-void note_before(TxnEnv &env, Txn &t, const Inode &dir, const char *name) {
+void note_before(TxnEnv &env, Txn &t, const Inode &dir, const InodeFd &dirfd, const char *name) {
   EntryBefore b;
-  if (UniqueFd fd{::openat(dir.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC)}) {
+  if (UniqueFd fd{::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC)}) {
     BackingId id = backing_id(fd.get());
     struct stat st;
     ::fstatat(fd.get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
@@ -161,27 +161,31 @@ int inherit_default_acl(int parent_fd, int dirfd, const std::string &name, bool 
 }  // namespace
 
 int save_attrs(TxnEnv &env, Txn &t, const Inode &obj) {
+  InodeFd objfd = env.pin(obj);
+  if (!objfd) return objfd.err();
   MutexLock g(t.mu);
   return recording(env, t, "attributes", [&] {
     t.mu.assert_held();  // recording() runs it under t.mu
-    save_attrs_locked(env, t, obj);
+    save_attrs_locked(env, t, obj, objfd);
     return 0;
   });
 }
 
 int save_range(TxnEnv &env, Txn &t, const Inode &obj, uint64_t off, uint64_t len) {
+  InodeFd objfd = env.pin(obj);
+  if (!objfd) return objfd.err();
   obj.txn_written = true;
   MutexLock g(t.mu);
   return recording(env, t, "data", [&] {
     t.mu.assert_held();  // recording() runs it under t.mu
-    save_attrs_locked(env, t, obj);
+    save_attrs_locked(env, t, obj, objfd);
     TouchedObject &o = t.objects[obj.nodeid];
     if (o.created || len == 0) return 0;
     uint64_t end = std::min(off + len, uint64_t(o.orig.st_size));
     if (off >= end) return 0;  // only data the file held when the transaction began
     auto gaps = o.backed_up.missing(off, end);
     if (gaps.empty()) return 0;
-    UniqueFd fd(::open(proc_path(obj.fd).c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd fd(::open(proc_path(objfd.get()).c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) throw_errno("open for backup", fd.err());
     for (auto [a, b] : gaps) {
       UndoStep s;
@@ -202,16 +206,18 @@ int save_truncate(TxnEnv &env, Txn &t, const Inode &obj, uint64_t size) {
 }
 
 int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj) {
+  InodeFd objfd = env.pin(obj);
+  if (!objfd) return objfd.err();
   MutexLock g(t.mu);
   return recording(env, t, "xattrs", [&] {
     t.mu.assert_held();  // recording() runs it under t.mu
-    save_attrs_locked(env, t, obj);
+    save_attrs_locked(env, t, obj, objfd);
     TouchedObject &o = t.objects[obj.nodeid];
     if (o.created || o.xattrs_saved) return 0;
     UndoStep s;
     s.kind = StepKind::Xattrs;
     s.obj = id_of(obj);
-    uint64_t seq = log_of(env, t).snapshot_xattrs(obj.fd, s);
+    uint64_t seq = log_of(env, t).snapshot_xattrs(objfd.get(), s);
     env.view.note_xattrs(obj.nodeid, step_name(seq) + ".d");
     o.xattrs_saved = true;
     return 0;
@@ -220,11 +226,13 @@ int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj) {
 
 int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
              const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid) {
+  InodeFd dirfd = env.pin(parent);
+  if (!dirfd) return dirfd.err();
   MutexLock g(t.mu);
   return recording(env, t, "creation", [&]() -> int {
     t.mu.assert_held();  // recording() runs it under t.mu
-    save_attrs_locked(env, t, parent);
-    note_before(env, t, parent, name);
+    save_attrs_locked(env, t, parent, dirfd);
+    note_before(env, t, parent, dirfd, name);
     UndoLog &log = log_of(env, t);
     uint64_t seq = log.reserve_seq();
     std::string tmp = step_name(seq) + ".d";
@@ -234,7 +242,7 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
     // caller's ownership, or the group (and for directories the set-group-ID bit) of
     // a set-group-ID parent.
     struct stat pst;
-    if (::fstatat(parent.fd, "", &pst, AT_EMPTY_PATH) != 0) {
+    if (::fstatat(dirfd.get(), "", &pst, AT_EMPTY_PATH) != 0) {
       int err = errno;
       discard();
       return err;
@@ -244,7 +252,7 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
     if (::fchownat(log.dir_fd(), tmp.c_str(), uid, sgid_parent ? pst.st_gid : gid,
                    AT_SYMLINK_NOFOLLOW) != 0 ||
         (!S_ISLNK(mode) &&
-         (inherit_default_acl(parent.fd, log.dir_fd(), tmp, S_ISDIR(mode), &perms) != 0 ||
+         (inherit_default_acl(dirfd.get(), log.dir_fd(), tmp, S_ISDIR(mode), &perms) != 0 ||
           ::fchmodat(log.dir_fd(), tmp.c_str(), perms, 0) != 0))) {
       int err = errno;
       discard();
@@ -264,7 +272,7 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
     s.name = name;
     s.flags = S_ISDIR(mode) ? 1 : 0;
     log.append_reserved(seq, s);
-    if (::renameat2(log.dir_fd(), tmp.c_str(), parent.fd, name, RENAME_NOREPLACE) != 0) {
+    if (::renameat2(log.dir_fd(), tmp.c_str(), dirfd.get(), name, RENAME_NOREPLACE) != 0) {
       int err = errno;
       discard();
       return err;
@@ -276,22 +284,24 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
 }
 
 int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool is_dir) {
+  InodeFd dirfd = env.pin(parent);
+  if (!dirfd) return dirfd.err();
   MutexLock g(t.mu);
   return recording(env, t, "removal", [&]() -> int {
     t.mu.assert_held();  // recording() runs it under t.mu
     struct stat st;
-    if (::fstatat(parent.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+    if (::fstatat(dirfd.get(), name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
     if (is_dir && !S_ISDIR(st.st_mode)) return ENOTDIR;
     if (!is_dir && S_ISDIR(st.st_mode)) return EISDIR;
-    if (is_dir && !dir_is_empty(parent.fd, name)) return ENOTEMPTY;
+    if (is_dir && !dir_is_empty(dirfd.get(), name)) return ENOTEMPTY;
     uint64_t nodeid = env.nodeid_of(st.st_ino);
     t.entries.insert({parent.nodeid, name});
-    note_before(env, t, parent, name);
+    note_before(env, t, parent, dirfd, name);
     // Stashed even when this transaction made the object: undo replays the exact
     // reverse of what happened, and the steps after its creation (an exchange that
     // moved it to another name, a link) expect it back where they left it.
-    save_attrs_locked(env, t, parent);
-    UniqueFd vfd(::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    save_attrs_locked(env, t, parent, dirfd);
+    UniqueFd vfd(::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
     if (!vfd) return vfd.err();
     UndoStep s;
     s.kind = StepKind::Removed;
@@ -301,7 +311,7 @@ int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool 
     s.name = name;
     s.flags = is_dir ? 1 : 0;
     uint64_t seq = 0;
-    if (int err = log_of(env, t).stash(parent.fd, name, s, &seq)) return err;
+    if (int err = log_of(env, t).stash(dirfd.get(), name, s, &seq)) return err;
     t.unlinked.emplace(nodeid, Txn::Unlinked{step_name(seq) + ".d", parent.nodeid, name});
     if (!is_dir) t.objects[nodeid].stashed++;
     return 0;
@@ -310,12 +320,16 @@ int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool 
 
 int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const Inode &newparent,
                const char *newname, unsigned flags) {
+  InodeFd dirfd = env.pin(parent);
+  if (!dirfd) return dirfd.err();
+  InodeFd newdirfd = env.pin(newparent);
+  if (!newdirfd) return newdirfd.err();
   MutexLock g(t.mu);
   return recording(env, t, "rename", [&]() -> int {
     t.mu.assert_held();  // recording() runs it under t.mu
     struct stat sst, dst;
-    if (::fstatat(parent.fd, name, &sst, AT_SYMLINK_NOFOLLOW) != 0) return errno;
-    bool target = ::fstatat(newparent.fd, newname, &dst, AT_SYMLINK_NOFOLLOW) == 0;
+    if (::fstatat(dirfd.get(), name, &sst, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+    bool target = ::fstatat(newdirfd.get(), newname, &dst, AT_SYMLINK_NOFOLLOW) == 0;
     if (target && sst.st_ino == dst.st_ino) return 0;  // two names of one object
     if ((flags & RENAME_NOREPLACE) && target) return EEXIST;
     if ((flags & RENAME_EXCHANGE) && !target) return ENOENT;
@@ -324,16 +338,16 @@ int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const
       if (S_ISDIR(sst.st_mode) && !S_ISDIR(dst.st_mode)) return ENOTDIR;
       if (!S_ISDIR(sst.st_mode) && S_ISDIR(dst.st_mode)) return EISDIR;
       // (EEXIST, as XFS answers a rename onto a non-empty directory; rmdir says ENOTEMPTY)
-      if (S_ISDIR(dst.st_mode) && !dir_is_empty(newparent.fd, newname)) return EEXIST;
+      if (S_ISDIR(dst.st_mode) && !dir_is_empty(newdirfd.get(), newname)) return EEXIST;
     }
-    save_attrs_locked(env, t, parent);
-    save_attrs_locked(env, t, newparent);
-    note_before(env, t, parent, name);
-    note_before(env, t, newparent, newname);
+    save_attrs_locked(env, t, parent, dirfd);
+    save_attrs_locked(env, t, newparent, newdirfd);
+    note_before(env, t, parent, dirfd, name);
+    note_before(env, t, newparent, newdirfd, newname);
     UndoStep s;
     s.kind = StepKind::Renamed;
     {
-      UniqueFd sfd(::openat(parent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      UniqueFd sfd(::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
       if (!sfd) return sfd.err();
       s.obj = backing_id(sfd.get());
       // A directory that changes parent has its ".." rewritten, which changes its
@@ -341,7 +355,7 @@ int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const
       if (S_ISDIR(sst.st_mode)) save_attrs_locked(env, t, sfd.get(), s.obj);
     }
     if ((flags & RENAME_EXCHANGE) && S_ISDIR(dst.st_mode)) {
-      UniqueFd dfd(::openat(newparent.fd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      UniqueFd dfd(::openat(newdirfd.get(), newname, O_PATH | O_NOFOLLOW | O_CLOEXEC));
       if (!dfd) return dfd.err();
       save_attrs_locked(env, t, dfd.get(), backing_id(dfd.get()));
     }
@@ -356,17 +370,17 @@ int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const
     t.entries.insert({newparent.nodeid, newname});
     if (!displace) {
       log.append(s);
-      return ::renameat2(parent.fd, name, newparent.fd, newname, flags) == 0 ? 0 : errno;
+      return ::renameat2(dirfd.get(), name, newdirfd.get(), newname, flags) == 0 ? 0 : errno;
     }
     // The displaced target goes into the log first (kept even when this transaction
     // made it, as in txn_remove); the move then finds its name free.
     uint64_t seq = 0;
-    if (int err = log.stash(newparent.fd, newname, s, &seq)) return err;
+    if (int err = log.stash(newdirfd.get(), newname, s, &seq)) return err;
     std::string stash = step_name(seq) + ".d";
-    if (::renameat2(parent.fd, name, newparent.fd, newname,
+    if (::renameat2(dirfd.get(), name, newdirfd.get(), newname,
                     RENAME_NOREPLACE | (flags & RENAME_WHITEOUT)) != 0) {
       int err = errno;
-      ::renameat2(log.dir_fd(), stash.c_str(), newparent.fd, newname, RENAME_NOREPLACE);
+      ::renameat2(log.dir_fd(), stash.c_str(), newdirfd.get(), newname, RENAME_NOREPLACE);
       return err;
     }
     uint64_t victim = env.nodeid_of(dst.st_ino);
@@ -377,11 +391,15 @@ int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const
 }
 
 int txn_link(TxnEnv &env, Txn &t, const Inode &obj, const Inode &newparent, const char *newname) {
+  InodeFd objfd = env.pin(obj);
+  if (!objfd) return objfd.err();
+  InodeFd newdirfd = env.pin(newparent);
+  if (!newdirfd) return newdirfd.err();
   MutexLock g(t.mu);
   return recording(env, t, "link", [&]() -> int {
     t.mu.assert_held();  // recording() runs it under t.mu
-    save_attrs_locked(env, t, newparent);
-    note_before(env, t, newparent, newname);
+    save_attrs_locked(env, t, newparent, newdirfd);
+    note_before(env, t, newparent, newdirfd, newname);
     UndoStep s;
     s.kind = StepKind::Linked;
     s.obj = id_of(obj);
@@ -389,7 +407,7 @@ int txn_link(TxnEnv &env, Txn &t, const Inode &obj, const Inode &newparent, cons
     s.name = newname;
     log_of(env, t).append(s);
     t.entries.insert({newparent.nodeid, newname});
-    if (::linkat(AT_FDCWD, proc_path(obj.fd).c_str(), newparent.fd, newname, AT_SYMLINK_FOLLOW) != 0)
+    if (::linkat(AT_FDCWD, proc_path(objfd.get()).c_str(), newdirfd.get(), newname, AT_SYMLINK_FOLLOW) != 0)
       return errno;
     return 0;
   });

@@ -15,6 +15,7 @@
 #include "store/metadb.h"
 #include "store/store.h"
 #include "txnfuse/txn/committed_view.h"
+#include "txnfuse/txn/fd_cache.h"
 #include "txnfuse/txn/lock_manager.h"
 
 namespace txnfs {
@@ -53,11 +54,15 @@ struct TxnEnv {
   std::unique_ptr<MetaDb> db;
   LockManager locks;
   CommittedView view;  // committed state of what open transactions changed
+  FdCache fds;         // O_PATH fds of known objects, opened by handle on demand
   CacheInvalidator *cache = nullptr;  // never null once serving (NoCache for none)
   // Plain requests running without locks because no transaction was open when they
   // started; TxnManager::begin waits for them to finish.
   std::atomic<int> unlocked_inflight{0};
   uint64_t recoveries = 0;  // transactions rolled back by recovery at mount
+
+  // A pinned O_PATH fd to the object `i` names; !fd (err() ESTALE) when it is gone.
+  InodeFd pin(const Inode &i) { return fds.pin(tree_fd, i); }
 
   // nodeid the kernel sees for a backing inode number (the tree's root is nodeid 1).
   uint64_t nodeid_of(uint64_t ino) const { return ino == tree_ino ? 1 : ino; }

@@ -1,0 +1,79 @@
+#include "txnfuse/txn/fd_cache.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+
+#include "store/backing.h"
+#include "txnfuse/txn/inode.h"
+
+namespace txnfs {
+
+size_t FdCache::default_capacity() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_max == RLIM_INFINITY)
+    return kMaxDefaultCapacity;
+  return std::clamp(size_t(rl.rlim_max / 2), size_t(64), kMaxDefaultCapacity);
+}
+
+void FdCache::set_capacity(size_t n) {
+  Lru dropped;
+  MutexLock g(mu_);
+  capacity_ = n ? n : 1;
+  while (lru_.size() > capacity_) {
+    map_.erase(lru_.back().first);
+    dropped.splice(dropped.end(), lru_, std::prev(lru_.end()));
+  }
+}
+
+size_t FdCache::capacity() {
+  MutexLock g(mu_);
+  return capacity_;
+}
+
+size_t FdCache::size() {
+  MutexLock g(mu_);
+  return lru_.size();
+}
+
+FdCache::Key FdCache::key_of(const Inode &i) { return Key{i.ino, i.generation}; }
+
+FdCache::Fd FdCache::insert_locked(const Key &k, Fd fd, Lru &dropped) {
+  auto [it, inserted] = map_.try_emplace(k);
+  if (!inserted) {  // another request opened it meanwhile: keep theirs
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+  lru_.emplace_front(k, fd);
+  it->second = lru_.begin();
+  while (lru_.size() > capacity_) {
+    map_.erase(lru_.back().first);
+    dropped.splice(dropped.end(), lru_, std::prev(lru_.end()));
+  }
+  return fd;
+}
+
+InodeFd FdCache::pin(int mount_fd, const Inode &i) {
+  Key k = key_of(i);
+  {
+    MutexLock g(mu_);
+    if (auto it = map_.find(k); it != map_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return InodeFd(it->second->second);
+    }
+  }
+  // Opened outside the lock: a syscall that may read the inode from disk.
+  int fd = open_by_fh(mount_fd, i.fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return InodeFd(-fd);
+  return adopt(i, UniqueFd(fd));
+}
+
+InodeFd FdCache::adopt(const Inode &i, UniqueFd fd) {
+  Lru dropped;  // destroyed after the lock is released: close() outside it
+  Fd mine = std::make_shared<const UniqueFd>(std::move(fd));
+  MutexLock g(mu_);
+  return InodeFd(insert_locked(key_of(i), std::move(mine), dropped));
+}
+
+}  // namespace txnfs
