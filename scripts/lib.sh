@@ -95,6 +95,9 @@ txnfs_build_tsa() {
   cd "$TXNFS_ROOT"
   local pc
   pc=$("$TXNFS_ROOT/scripts/build-libfuse")
+  if [[ -f build-tsa/build.ninja ]] && ! grep -q 'libfuse/prefix/lib' build-tsa/build.ninja; then
+    rm -rf build-tsa   # configured against Debian's libfuse 3.14
+  fi
   if [[ ! -f build-tsa/build.ninja ]]; then
     CC=clang CXX=clang++ meson setup build-tsa -Dthread_safety=true -Dwerror=true \
       -Dpkg_config_path="$pc" >/dev/null
