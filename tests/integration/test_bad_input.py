@@ -253,7 +253,7 @@ def test_schema_2_store_is_upgraded_in_place(store, xfs):
                               f"{V2_VIEW}; PRAGMA user_version = 2;")
         con.close()
         m.mount()
-        assert store.query("PRAGMA user_version")[0]["user_version"] == 4
+        assert store.query("PRAGMA user_version")[0]["user_version"] == 5
         assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0]["value"] == "4"
         assert store.query("SELECT * FROM undo_steps") == []
         assert store.query("SELECT * FROM damage") == []
@@ -287,7 +287,7 @@ def test_schema_3_store_is_upgraded_in_place(store, xfs):
         else:
             p = store.fsck()
             assert p.returncode == 0, tl.output_of(p)
-        assert store.query("PRAGMA user_version")[0]["user_version"] == 4
+        assert store.query("PRAGMA user_version")[0]["user_version"] == 5
         assert store.query("SELECT * FROM damage") == []
 
 

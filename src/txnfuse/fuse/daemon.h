@@ -21,6 +21,7 @@ struct MountOptions {
   std::chrono::milliseconds lock_timeout = TxnLimits::kDefaultLockTimeout;
   uint64_t max_ops = TxnLimits::kDefaultMaxOps;
   uint64_t max_backup_bytes = TxnLimits::kDefaultMaxBackupBytes;
+  std::chrono::milliseconds lazy_flush = TxnLimits::kDefaultLazyFlush;
 };
 
 // Mounts and serves until unmounted. Throws Error (having changed nothing) when the
