@@ -670,7 +670,8 @@ class Env:
         tl.run(["xfs_io", "-x", "-c", "shutdown", self.xfs], check=True)
 
     # -- the daemon -------------------------------------------------------
-    def mount(self, name: str, crash_at: str | None = None, timeout=60.0) -> tuple[int | None, float]:
+    def mount(self, name: str, crash_at: str | None = None, timeout=60.0,
+              extra=()) -> tuple[int | None, float]:
         """Starts `txnfs mount -f`. Returns (None, seconds) once mounted, or (exit status,
         seconds) when the daemon exited first (a crash point in recovery: 137)."""
         assert self.proc is None
@@ -683,7 +684,8 @@ class Env:
         with open(self.logs / f"{name}.stderr", "wb") as err:
             self.proc = subprocess.Popen(
                 [tl.txnfs_bin(), "mount", "-f", str(self.store.path), str(self.mnt),
-                 "--log-file", str(self.log_file), "--lock-timeout-ms", str(LOCK_TIMEOUT_MS)],
+                 "--log-file", str(self.log_file), "--lock-timeout-ms", str(LOCK_TIMEOUT_MS),
+                 *extra],
                 env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
         deadline = t0 + timeout
         while time.monotonic() < deadline:

@@ -37,9 +37,14 @@ int TxnManager::lazy_commit(TxnPtr t) {
     spdlog::error("transaction {}: marking the lazy commit: {}", t->id(), e.what());
     return EIO;
   }
+  count_lazy_stashes(*t, +1);  // before anyone can stat what it removed
   MutexLock l(gc_mu_);
   uint64_t seq = commit_seq_ + 1;
-  if (int err = mark_lazy_commit(log->dir_fd(), seq)) return err;
+  if (int err = mark_lazy_commit(log->dir_fd(), seq)) {
+    l.unlock();
+    count_lazy_stashes(*t, -1);
+    return err;
+  }
   commit_seq_ = seq;
   t->commit_seq = seq;
   t->lazy_since = std::chrono::steady_clock::now();
@@ -56,6 +61,22 @@ int TxnManager::lazy_commit(TxnPtr t) {
 // the lazy commits queued by then are written in the same SQLite transaction, in
 // commit order: SQLite's WAL keeps a prefix of its transactions after a crash, so the
 // durable commit records stay a prefix of the commit order.
+void TxnManager::count_lazy_stashes(Txn &t, int sign) {
+  std::vector<std::pair<uint64_t, uint32_t>> links;  // as Txn::adjust counts them
+  {
+    MutexLock g(t.mu);
+    for (auto &[nodeid, o] : t.objects)
+      if (o.stashed) links.emplace_back(nodeid, o.stashed);
+  }
+  if (links.empty()) return;
+  MutexLock g(lazy_mu_);
+  for (auto [n, k] : links) {
+    uint32_t &c = lazy_stashed_[n];
+    c = uint32_t(int64_t(c) + sign * int64_t(k));
+    if (c == 0) lazy_stashed_.erase(n);
+  }
+}
+
 int TxnManager::group_commit(Txn *t) {
   MutexLock l(gc_mu_);
   uint64_t ticket = ++gc_requested_;
@@ -90,7 +111,12 @@ int TxnManager::group_commit(Txn *t) {
       }
     }
     if (!err) {
-      for (auto &b : lazy) after_durable(*b);
+      for (auto &b : lazy) {
+        // For a moment stat counts the links again (too many, never too few), until
+        // after_durable drops them.
+        count_lazy_stashes(*b, -1);
+        after_durable(*b);
+      }
       if (!lazy.empty()) lazy_flushes_++;
     } else if (!lazy.empty()) {
       spdlog::error("{} lazily committed transactions are not durable yet: {}", lazy.size(),

@@ -162,6 +162,14 @@ class TxnManager {
   int sync() EXCLUDES(gc_mu_);
   // Lazily committed transactions that are not durable yet.
   bool lazy_pending() const { return lazy_pending_.load(std::memory_order_acquire) > 0; }
+  // Corrects the link count of an object that logs of lazy commits, not yet durable,
+  // still link (a durable commit drops those links before it returns).
+  void adjust_lazy(struct stat &st, uint64_t nodeid) EXCLUDES(lazy_mu_) {
+    if (!lazy_pending()) return;
+    MutexLock g(lazy_mu_);
+    auto it = lazy_stashed_.find(nodeid);
+    if (it != lazy_stashed_.end() && st.st_nlink >= it->second) st.st_nlink -= it->second;
+  }
   // A plain request is about to change the tree: lazy commits must be durable first.
   int before_plain_change() { return lazy_pending() ? sync() : 0; }
   int abort(uid_t uid, uint64_t id);
@@ -224,6 +232,10 @@ class TxnManager {
   uint64_t commit_seq_ GUARDED_BY(gc_mu_) = 0;       // last lazy commit's sequence number
   std::atomic<uint64_t> lazy_pending_{0};  // lazy commits not durable (queued or in a round)
   std::deque<TxnPtr> lazy_in_round_ GUARDED_BY(gc_mu_);  // taken by the running round
+  Mutex lazy_mu_{LockRank::kLazyStash};  // a leaf
+  std::unordered_map<uint64_t, uint32_t> lazy_stashed_ GUARDED_BY(lazy_mu_);  // nodeid -> links
+  // Adds (+1) or removes (-1) the links t's log holds on objects whose names it removed.
+  void count_lazy_stashes(Txn &t, int sign) EXCLUDES(lazy_mu_, t.mu);
   CondVar flush_cv_;  // the flusher: a lazy commit arrived, or stopping
   std::thread flusher_;
 
