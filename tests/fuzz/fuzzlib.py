@@ -379,6 +379,8 @@ def gen_case(seed: int, oracle: str, procs: int, nops: int) -> dict:
             "end": "commit" if oracle in ("commit", "plain") else "abort"}
     if oracle == "plain":       # every other seed with another process's transaction open
         case["bystander"] = seed % 2 == 0
+    if oracle == "commit":      # every other seed commits lazily: the same results, at once
+        case["lazy"] = seed % 2 == 1
     if oracle == "crash":
         kind = rng.choice(("kill", "power", "inject"))
         case["crash"] = {"kind": kind, "after": rng.randrange(0, max(1, nops * procs)),
@@ -1057,7 +1059,7 @@ class Fuzzer:
                               report="gdb backtrace of the daemon:\n" + bt)
             end_rc = None
             if txn_bind and end:
-                fn = tl.txn_commit if end == "commit" else tl.txn_abort
+                fn = {"commit": tl.txn_commit, "commit-lazy": tl.txn_commit_lazy}.get(end, tl.txn_abort)
                 end_rc = _with_deadline(lambda: fn(txn_bind, tid), self.deadline)
                 if end_rc == "stall":
                     bt = self._gdb()
@@ -1100,12 +1102,15 @@ class Fuzzer:
         by = Bystander(env.mnt) if (not txn and case.get("bystander")) else None
         try:
             res_m, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt if txn else None,
-                                           "commit")
+                                           "commit-lazy" if case.get("lazy") else "commit")
         finally:
             if by:
                 by.close()
         if txn and rc != 0:
             raise Failure(oracle, "commit-rc", f"txnfs_commit returned {rc} ({os.strerror(-rc)})")
+        if case.get("lazy"):
+            self.stats.crash["commit oracle: lazy commits"] = \
+                self.stats.crash.get("commit oracle: lazy commits", 0) + 1
         ctx = {"txn": txn or by is not None, "before_inos": before_inos}
         skip_lists, divs = [], {}
         for k, lst in enumerate(case["lists"]):
@@ -1263,7 +1268,8 @@ class Fuzzer:
         if max(survived) < must:
             raise Failure(oracle, "lost-durable", f"after {label} and recovery only the first "
                           f"{max(survived)} transaction(s) survived, but {must} were durable "
-                          f"(lazy: {lazy[:len(states) - 1]})")
+                          f"(lazy: {lazy[:len(states) - 1]}); vs. the state after {must}:\n  "
+                          + "\n  ".join(snap.diff(states[must], store_now)))
         if max(survived) < acked:
             k = "lost acknowledged lazy commits (a suffix)"
             self.stats.crash[k] = self.stats.crash.get(k, 0) + 1

@@ -227,3 +227,22 @@ def test_cli_run_and_commit_lazy(mnt):
     assert (mnt.path / "r").read_text() == "hi\n"
     assert (mnt.path / "c").read_text() == "c\n"
     assert tl.txnfs("commit", "--lazy", mnt.path, "999").returncode == 1
+
+
+def test_durable_commit_that_changed_nothing_makes_earlier_lazy_commits_durable(mnt):
+    """Found by the crash oracle: an empty durable commit returned without syncing."""
+    mnt.remount("--lazy-flush-ms", NEVER)
+    th = TxnThread()
+    try:
+        lazily(mnt, th, lambda: tl.write_file(mnt.path / "lazy", b"l"))
+
+        def empty_durable():
+            tid = tl.txn_begin(mnt.path)
+            assert tl.txn_commit(mnt.path, tid) == 0
+        th(empty_durable)
+    finally:
+        th.close()
+    assert lazy_status(mnt)["not_durable"] == 0
+    mnt.kill9()
+    mnt.mount()
+    assert (mnt.path / "lazy").read_bytes() == b"l"

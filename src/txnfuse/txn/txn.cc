@@ -215,10 +215,12 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
     row_names = t->row_names;
   }
   int err = 0;
-  // A transaction that changed nothing has nothing to make durable.
-  lazy = lazy && log && !t->wants_durable.load();
+  lazy = lazy && !t->wants_durable.load();
   if (commit) {
-    err = !log ? 0 : lazy ? lazy_commit(t) : durable_commit(*t);
+    // A durable commit that changed nothing still promises that everything it could see
+    // is durable: the lazy commits before it become durable first.
+    if (!log) err = lazy ? 0 : before_plain_change();
+    else err = lazy ? lazy_commit(t) : durable_commit(*t);
     if (err) {
       spdlog::error("transaction {}: commit failed ({}); rolling back", t->id(),
                     std::strerror(err));
@@ -230,8 +232,8 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
     t->state = TXNFS_COMMITTED;
     update_rows(*t);
     // A lazy commit's log stays whole until the group-commit round that makes it
-    // durable runs this.
-    if (!lazy) after_durable(*t);
+    // durable runs this (one without a log has nothing to make durable).
+    if (!lazy || !log) after_durable(*t);
     commits_++;
     if (lazy) lazy_commits_++;
   } else {
