@@ -254,9 +254,10 @@ def test_schema_2_store_is_upgraded_in_place(store, xfs):
         con.close()
         m.mount()
         assert store.query("PRAGMA user_version")[0]["user_version"] == 5
-        assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0]["value"] == "4"
+        assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0]["value"] == "5"
         assert store.query("SELECT * FROM undo_steps") == []
         assert store.query("SELECT * FROM damage") == []
+        assert store.query("SELECT not_durable FROM lazy_commits") == [{"not_durable": 0}]
         con = store.connect()
         cols = [d[0] for d in con.execute("SELECT * FROM open_transactions").description]
         con.close()
