@@ -914,9 +914,12 @@ def _held_links(env, tids) -> dict[int, int]:
         logdir = Path(env.store.path) / ".txnfs" / "backups" / str(tid)
         if not logdir.is_dir():
             continue
-        for e in os.scandir(logdir):
-            st = e.stat(follow_symlinks=False)
-            if e.name.endswith(".d") and not stat.S_ISDIR(st.st_mode):
+        try:
+            ents = [(e.name, e.stat(follow_symlinks=False)) for e in os.scandir(logdir)]
+        except FileNotFoundError:
+            continue   # the cleaner is discarding the log of a durable commit
+        for name, st in ents:
+            if name.endswith(".d") and not stat.S_ISDIR(st.st_mode):
                 held[st.st_ino] = held.get(st.st_ino, 0) + 1
     return held
 
