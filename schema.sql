@@ -8,13 +8,13 @@
 -- EXISTS) and every change additive: new tables, indexes and views, never a changed
 -- table. Version 3 added undo_records and the undo_steps view; version 4 the damage
 -- table (an older txnfs refuses a version-4 database, so it cannot mount a store that
--- is marked damaged without seeing the mark).
+-- is marked damaged without seeing the mark); version 5 the lazy_commits view.
 --
 -- Invariant: every object (file, directory, symlink, device, fifo, socket) of the
 -- visible tree has exactly one row in `handles`, and every row names an object that
 -- exists. `txnfs fsck` checks both directions.
 
-PRAGMA user_version = 4;
+PRAGMA user_version = 5;
 
 -- Store-wide facts: schema_version, store_uuid, created, backups ('reflink'|'copy').
 CREATE TABLE IF NOT EXISTS meta (
@@ -63,6 +63,8 @@ CREATE VIEW IF NOT EXISTS handle_table AS
 -- row is the commit record. Its undo log lives in STORE/.txnfs/backups/<id>/; a log
 -- without a committed row belongs to a transaction that recovery rolls back.
 -- Rows of finished transactions are deleted once their logs are gone for good.
+-- A lazily committed transaction that is not durable yet keeps state 'active' with
+-- `ended` set (its commit time): not a commit record, recovery rolls it back.
 CREATE TABLE IF NOT EXISTS txns (
   id       INTEGER PRIMARY KEY AUTOINCREMENT,
   state    TEXT    NOT NULL CHECK (state IN ('active', 'committed', 'aborted')),
@@ -110,7 +112,16 @@ CREATE VIEW IF NOT EXISTS open_transactions AS
          (SELECT count(*) FROM undo_records u WHERE u.txid = t.id) AS undo_steps,
          (SELECT coalesce(sum(u.len), 0) FROM undo_records u
            WHERE u.txid = t.id AND u.kind = 'data') AS backup_bytes
-  FROM txns t WHERE t.state = 'active';
+  FROM txns t WHERE t.state = 'active' AND t.ended IS NULL;
+
+-- Documented view: lazily committed transactions that are not durable yet (one row:
+-- how many, when the oldest committed and how old it is in ms). A crash loses at most
+-- these, the latest first (docs/crash-model.md).
+CREATE VIEW IF NOT EXISTS lazy_commits AS
+  SELECT count(*) AS not_durable, min(ended) AS oldest_committed,
+         CAST(coalesce((julianday('now') - julianday(min(ended))) * 86400000.0, 0) AS INTEGER)
+           AS oldest_ms
+  FROM txns WHERE state = 'active' AND ended IS NOT NULL;
 
 -- Documented view: the undo steps of every transaction that has a record, in the order
 -- an abort would undo them (newest first), with the current path of each object

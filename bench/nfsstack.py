@@ -13,6 +13,8 @@ ganesha.nfsd exports the plain directory. Configurations:
     V  Debian's ganesha.nfsd, plain XFS directory (the baseline)
     F  patched ganesha.nfsd on the txnfs mount, COMPOUNDs untagged (transactions off)
     T  the same server, COMPOUNDs tagged "txn" (each one a transaction)
+    L  T-lazy: the same server, COMPOUNDs tagged "txn-lazy" (each one a transaction that
+       commits lazily: the reply comes before it is durable)
 
 Both servers get contrib/ganesha.conf; `rpc_buffer` (bytes) replaces its
 MaxRPCRecvBufferSize / MaxRPCSendBufferSize (1 MiB) in a private copy of the template,
@@ -39,10 +41,10 @@ import ganesha_lib as gl  # noqa: E402
 import txnfs_lib as tl  # noqa: E402
 
 NFSBENCH = REPO / "build" / "bench" / "txnfs-nfsbench"
-CONFIGS = ("V", "F", "T")
+CONFIGS = ("V", "F", "T", "L")
 # Operations per COMPOUND each server accepts: Debian's Ganesha 4.3 refuses more than 100
 # (NFS4_MAX_OPERATIONS), whatever CREATE_SESSION granted; the patched one takes 16384.
-MAX_OPS = {"V": 100, "F": 16384, "T": 16384}
+MAX_OPS = {"V": 100, "F": 16384, "T": 16384, "L": 16384}
 MIB = 1 << 20
 
 
@@ -125,7 +127,8 @@ class Stack:
         gl.TEMPLATE = self._template  # render_config() reads the module global
 
     def server(self, config: str) -> tuple[gl.Ganesha, str]:
-        return (self.v, "plain") if config == "V" else (self.p, "txn" if config == "T" else "plain")
+        tag = {"T": "txn", "L": "txn-lazy"}.get(config, "plain")
+        return (self.v, "plain") if config == "V" else (self.p, tag)
 
     def restart_patched(self, extra_env: dict | None = None) -> None:
         """Stop the patched server and start a new one (e.g. after the mount changed)."""

@@ -25,6 +25,12 @@ struct txnfs_ioc_lock_timeout {
   uint32_t reserved;  // 0
 };
 
+struct txnfs_ioc_commit {
+  uint64_t id;
+  uint32_t flags;     // enum txnfs_commit_flags
+  uint32_t reserved;  // 0
+};
+
 // Status of the whole mount, as JSON text (truncated to fit; `truncated` set then).
 struct txnfs_ioc_status {
   uint32_t len;
@@ -53,3 +59,5 @@ struct txnfs_ioc_lock_set {
 #define TXNFS_IOC_STATUS _IOR(TXNFS_IOC_MAGIC, 5, struct txnfs_ioc_status)
 #define TXNFS_IOC_LOCK_TIMEOUT _IOW(TXNFS_IOC_MAGIC, 6, struct txnfs_ioc_lock_timeout)
 #define TXNFS_IOC_LOCK_SET _IOW(TXNFS_IOC_MAGIC, 7, struct txnfs_ioc_lock_set)
+#define TXNFS_IOC_COMMIT2 _IOW(TXNFS_IOC_MAGIC, 8, struct txnfs_ioc_commit)
+#define TXNFS_IOC_SYNC _IO(TXNFS_IOC_MAGIC, 9)

@@ -30,6 +30,17 @@ enum txnfs_flags {
   TXNFS_BIND_PROCESS = 1, /* a process (pid, or the caller's) and its descendants */
 };
 
+/* Durability of a commit (txnfs_commit2). */
+enum txnfs_commit_flags {
+  TXNFS_COMMIT_DURABLE = 0, /* durable before the call returns (txnfs_commit) */
+  TXNFS_COMMIT_LAZY = 1,    /* final and visible at once, durable at the next group
+                               commit (within the mount's --lazy-flush-ms), or earlier
+                               when anything asks for durability. After a crash a lazy
+                               transaction is entirely present or entirely absent, and
+                               the lost ones are the latest (docs/crash-model.md). An
+                               fsync inside the transaction makes its commit durable. */
+};
+
 enum txnfs_state {
   TXNFS_ACTIVE = 1,
   TXNFS_ABORT_ONLY = 2, /* an operation failed in a way that allows only abort */
@@ -55,6 +66,10 @@ struct txnfs_info {
  * TXNFS_BIND_PROCESS, PID names the process to bind (0: the caller's process). */
 int txnfs_begin(const char *mount_path, unsigned flags, pid_t pid, txnfs_id_t *id);
 int txnfs_commit(const char *mount_path, txnfs_id_t id);
+/* Commits with FLAGS (enum txnfs_commit_flags); txnfs_commit is FLAGS 0. */
+int txnfs_commit2(const char *mount_path, txnfs_id_t id, unsigned flags);
+/* Makes every commit on the mount made before the call durable (lazy ones included). */
+int txnfs_sync(const char *mount_path);
 int txnfs_abort(const char *mount_path, txnfs_id_t id);
 int txnfs_info(const char *mount_path, txnfs_id_t id, struct txnfs_info *info);
 
@@ -104,7 +119,9 @@ int txnfs_lock_set(const char *mount_path, txnfs_id_t id, const void *records, s
  * the text to fit the control channel, or a negative errno (-ERANGE: LEN too small).
  * Shape: {"transactions":[{"id":1,"state":"active","uid":0,"pid":123,"flags":1,
  *   "age_ms":5,"ops":3,"backup_bytes":4096,"locks_held":2,"locks_waiting":0,"error":0}],
- *  "counters":{"commits":0,"aborts":0,"deadlocks":0,"timeouts":0,"recoveries":0}} */
+ *  "counters":{"commits":0,"aborts":0,"deadlocks":0,"timeouts":0,"recoveries":0,
+ *   "lazy_commits":0,"lazy_flushes":0},
+ *  "lazy":{"not_durable":0,"oldest_ms":0,"flush_ms":5}} */
 int txnfs_status_json(const char *mount_path, char *buf, size_t len);
 
 #ifdef __cplusplus

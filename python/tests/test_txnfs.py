@@ -214,3 +214,20 @@ def test_abort_only_transaction_that_changed_the_mount_root_is_rolled_back(mnt):
     assert t.aborted
     assert list(m.iterdir()) == []
     assert txnfs.status(m)["transactions"] == []
+
+
+def test_lazy_commit_then_sync(mnt):
+    m = mnt.path
+    with txnfs.transaction(m) as t:
+        write(m / "lazy", "l")
+        t.commit(lazy=True)
+    assert t.committed and read(m / "lazy") == "l"
+    s = txnfs.status(m)
+    assert s["counters"]["lazy_commits"] == 1
+    txnfs.sync(m)
+    assert txnfs.status(m)["lazy"]["not_durable"] == 0
+    tid = txnfs.begin(m)
+    write(m / "lazy2", "2")
+    txnfs.commit(m, tid, lazy=True)
+    txnfs.sync(m)
+    assert read(m / "lazy2") == "2" and txnfs.status(m)["counters"]["lazy_commits"] == 2

@@ -38,7 +38,7 @@ __all__ = [
     "TxnfsError", "TxnConflict", "NotTxnfs", "AlreadyInTransaction", "NoSuchTransaction",
     "NotOwner", "CommitFailed", "LimitExceeded",
     "TxnInfo", "Transaction", "transaction", "begin", "commit", "abort", "info", "status",
-    "set_lock_timeout", "retry", "library_path",
+    "set_lock_timeout", "sync", "retry", "library_path",
 ]
 
 __version__ = "0.1.0"
@@ -140,12 +140,15 @@ def _load() -> ctypes.CDLL:
             u64, cstr = ctypes.c_uint64, ctypes.c_char_p
             lib.txnfs_begin.argtypes = [cstr, ctypes.c_uint, ctypes.c_int, ctypes.POINTER(u64)]
             lib.txnfs_commit.argtypes = [cstr, u64]
+            lib.txnfs_commit2.argtypes = [cstr, u64, ctypes.c_uint]
+            lib.txnfs_sync.argtypes = [cstr]
             lib.txnfs_abort.argtypes = [cstr, u64]
             lib.txnfs_info.argtypes = [cstr, u64, ctypes.POINTER(_Info)]
             lib.txnfs_set_lock_timeout.argtypes = [cstr, u64, ctypes.c_uint32]
             lib.txnfs_status_json.argtypes = [cstr, ctypes.c_char_p, ctypes.c_size_t]
             for f in (lib.txnfs_begin, lib.txnfs_commit, lib.txnfs_abort, lib.txnfs_info,
-                      lib.txnfs_set_lock_timeout, lib.txnfs_status_json):
+                      lib.txnfs_set_lock_timeout, lib.txnfs_status_json, lib.txnfs_commit2,
+                      lib.txnfs_sync):
                 f.restype = ctypes.c_int
             _lib = lib
         return _lib
@@ -176,15 +179,30 @@ def begin(mount: PathLike, *, bind: str = "thread", pid: int = 0) -> int:
     return tid.value
 
 
-def commit(mount: PathLike, txn_id: int) -> None:
+def commit(mount: PathLike, txn_id: int, *, lazy: bool = False) -> None:
     """Commit transaction ``txn_id``: returns once its changes are durable.
+
+    With ``lazy=True`` it returns once the transaction is final and visible; it becomes
+    durable at the mount's next group commit (within its ``--lazy-flush-ms``) or at
+    :func:`sync`. A crash before then rolls it back whole, and only together with every
+    later lazy commit.
 
     Raises :class:`TxnConflict` if it can only abort (abort it then),
     :class:`CommitFailed` if the commit failed and it was rolled back,
     :class:`NoSuchTransaction`, :class:`NotOwner`."""
-    rc = _load().txnfs_commit(_path(mount), txn_id)
+    lib = _load()
+    rc = lib.txnfs_commit2(_path(mount), txn_id, 1) if lazy else lib.txnfs_commit(
+        _path(mount), txn_id)
     if rc != 0:
         raise _error(rc, "commit", mount)
+
+
+def sync(mount: PathLike) -> None:
+    """Returns once every commit made on the mount before the call is durable, lazy
+    ones included."""
+    rc = _load().txnfs_sync(_path(mount))
+    if rc != 0:
+        raise _error(rc, "sync", mount)
 
 
 def abort(mount: PathLike, txn_id: int) -> None:
@@ -264,9 +282,9 @@ class Transaction:
         """See :func:`set_lock_timeout`."""
         set_lock_timeout(self.mount, self.id, ms)
 
-    def commit(self) -> None:
-        """Commit now (the ``with`` block then does nothing more)."""
-        commit(self.mount, self.id)
+    def commit(self, *, lazy: bool = False) -> None:
+        """Commit now (the ``with`` block then does nothing more); see :func:`commit`."""
+        commit(self.mount, self.id, lazy=lazy)
         self.committed = True
 
     def abort(self) -> None:

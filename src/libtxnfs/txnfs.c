@@ -56,6 +56,18 @@ int txnfs_commit(const char *mount_path, txnfs_id_t id) {
   return control(mount_path, TXNFS_IOC_COMMIT, &arg);
 }
 
+int txnfs_commit2(const char *mount_path, txnfs_id_t id, unsigned flags) {
+  if (flags & ~(unsigned)TXNFS_COMMIT_LAZY) return -EINVAL;
+  if (flags == TXNFS_COMMIT_DURABLE) return txnfs_commit(mount_path, id);
+  struct txnfs_ioc_commit arg;
+  memset(&arg, 0, sizeof arg);
+  arg.id = id;
+  arg.flags = flags;
+  return control(mount_path, TXNFS_IOC_COMMIT2, &arg);
+}
+
+int txnfs_sync(const char *mount_path) { return control(mount_path, TXNFS_IOC_SYNC, NULL); }
+
 int txnfs_abort(const char *mount_path, txnfs_id_t id) {
   struct txnfs_ioc_id arg = {.id = id};
   return control(mount_path, TXNFS_IOC_ABORT, &arg);

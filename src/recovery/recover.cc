@@ -15,6 +15,7 @@
 #include "recovery/fsck.h"
 #include "recovery/undo/undo_exec.h"
 #include "recovery/undo/undo_io.h"
+#include "recovery/undo/undo_log.h"
 
 namespace txnfs {
 
@@ -36,6 +37,22 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
   };
   size_t records = db.all_txns().size();
   std::vector<uint64_t> logs = logged_transactions(backups.get());
+  // The order of rollbacks: transactions that never committed first (they are
+  // isolated from each other, and nothing committed can have built on them), then the
+  // lazily committed ones whose commit records did not become durable, latest commit
+  // first — a later one may have changed what an earlier one left (see
+  // docs/crash-model.md, Lazy commit). Committed logs are only discarded.
+  {
+    std::vector<std::pair<uint64_t, uint64_t>> keyed;  // (0 or seq, txid)
+    for (uint64_t id : logs)
+      keyed.emplace_back(is_committed(id) ? 0 : lazy_commit_seq(backups.get(), id).value_or(0),
+                         id);
+    std::stable_sort(keyed.begin(), keyed.end(), [](const auto &a, const auto &b) {
+      if ((a.first == 0) != (b.first == 0)) return a.first == 0;
+      return a.first > b.first;
+    });
+    for (size_t k = 0; k < logs.size(); k++) logs[k] = keyed[k].second;
+  }
 
   // Look at every log to roll back before touching any: a damaged one stops recovery
   // while the store is still as the crash left it.

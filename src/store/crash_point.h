@@ -48,19 +48,26 @@ inline constexpr Point kPoints[] = {
      "op.cc, end of every mutating request of a transaction: undo steps and the in-place change "
      "made, reply sent",
      "a transaction cut off between operations is rolled back completely"},
+    {"commit.lazy_marked",
+     "group_commit.cc, lazy_commit: the lazy-commit marker is in the log, the transaction "
+     "queued, its locks not yet released, no reply",
+     "a lazy commit that never became durable: rolled back, after the transactions that never "
+     "committed and before the earlier lazy ones"},
     {"commit.after_syncfs",
-     "txn.cc, durable_commit: the group-commit leader's syncfs returned, no commit record yet",
+     "group_commit.cc, group_commit: the leader's syncfs returned, no commit record yet "
+     "(for durable committers and every queued lazy commit)",
      "everything but the commit record is durable: the transaction is rolled back"},
     {"commit.after_record",
-     "txn.cc, durable_commit: commit records written to SQLite, the WAL not yet synced",
+     "group_commit.cc, group_commit: commit records written to SQLite, the WAL not yet synced",
      "a commit record that a process crash keeps (and a power cut may lose): present after a "
      "kill, all-or-nothing after a power cut"},
     {"commit.after_wal_sync",
-     "txn.cc, durable_commit: the WAL is synced, no caller has its reply yet",
+     "group_commit.cc, group_commit: the WAL is synced, no caller has its reply yet",
      "a durable commit record without a reply: the transaction is present"},
     {"commit.after_rows",
-     "txn.cc, finish: committed; handle rows of removed objects updated and their stashed "
-     "objects unlinked from the log; the rest of the log not yet queued for removal",
+     "txn.cc, after_durable (a durable commit, or the round that made a lazy one durable): "
+     "handle rows of removed objects updated and their stashed objects unlinked from the "
+     "log; the rest of the log not yet queued for removal",
      "a committed log left (partly) whole: recovery discards it, never undoes it"},
     {"abort.mid_undo", "txn.cc, finish (abort): before each undo step (UndoContext::before_step)",
      "an abort cut off part-way: recovery undoes the rest, repeating steps idempotently"},

@@ -69,7 +69,7 @@ MetaDb::MetaDb(sqlite3 *db, std::string path) : db_(db), path_(std::move(path)) 
 
 MetaDb::~MetaDb() {
   for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
-                 clear_name_, all_handles_, count_handles_, insert_txn_, set_txn_, del_txn_,
+                 clear_name_, all_handles_, count_handles_, insert_txn_, set_txn_, lazy_txn_, del_txn_,
                  committed_, all_txns_, del_undo_, insert_undo_, orphan_undo_, add_damage_,
                  open_damage_, accept_damage_})
     sqlite3_finalize(s);
@@ -140,6 +140,9 @@ void MetaDb::prepare_all() {
   set_txn_ = prep(
       "UPDATE txns SET state = ?2, "
       "ended = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?1");
+  lazy_txn_ = prep(
+      "UPDATE txns SET ended = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+      "WHERE id = ?1 AND state = 'active'");
   del_txn_ = prep("DELETE FROM txns WHERE id = ?1");
   committed_ = prep("SELECT id FROM txns WHERE state = 'committed' ORDER BY id");
   all_txns_ = prep("SELECT id, state FROM txns ORDER BY id");
@@ -350,6 +353,13 @@ void MetaDb::set_txn_state(uint64_t id, const char *state) {
   RecursiveMutexLock g(mu_);
   Stmt s(*this, set_txn_);
   s.bind(1, int64_t(id)).bind(2, std::string(state));
+  s.step();
+}
+
+void MetaDb::mark_txn_lazy(uint64_t id) {
+  RecursiveMutexLock g(mu_);
+  Stmt s(*this, lazy_txn_);
+  s.bind(1, int64_t(id));
   s.step();
 }
 

@@ -24,7 +24,7 @@ struct sqlite3_stmt;
 
 namespace txnfs {
 
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 // Databases from this version on are upgraded in place (see schema.sql).
 inline constexpr int kOldestUpgradable = 2;
 
@@ -85,6 +85,9 @@ class MetaDb {
   // Transaction records (see the txns table in schema.sql).
   uint64_t insert_txn(uint32_t uid, int32_t pid, uint32_t flags);
   void set_txn_state(uint64_t id, const char *state);
+  // Sets `ended` of an 'active' row: committed lazily, not durable yet (the lazy_commits
+  // view). Not a commit record: recovery rolls such a transaction back.
+  void mark_txn_lazy(uint64_t id);
   // Deletes a transaction's record and its undo_records rows.
   void delete_txn(uint64_t id);
   // Forgets every transaction record and undo record (after recovery has dealt with
@@ -141,7 +144,7 @@ class MetaDb {
   sqlite3_stmt *get_meta_ = nullptr, *set_meta_ = nullptr, *get_handle_ = nullptr,
                *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,
                *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr,
-               *insert_txn_ = nullptr, *set_txn_ = nullptr, *del_txn_ = nullptr,
+               *insert_txn_ = nullptr, *set_txn_ = nullptr, *lazy_txn_ = nullptr, *del_txn_ = nullptr,
                *committed_ = nullptr, *all_txns_ = nullptr, *del_undo_ = nullptr,
                *insert_undo_ = nullptr, *orphan_undo_ = nullptr, *add_damage_ = nullptr,
                *open_damage_ = nullptr, *accept_damage_ = nullptr;  // used under mu_

@@ -23,6 +23,8 @@
 //    70   CommittedView::mu_           committed state of entries/objects open txns changed
 //    80   StepMirror::mu_              undo steps queued for the undo_records table
 //    90   Invalidator::mu_             kernel-cache invalidations queued for its thread
+//    95   TxnManager::lazy_mu_         links that logs of lazy commits not yet durable
+//                                      still hold on objects (read by getattr)
 //   100   stall::Registry::mu          the watchdog's registry of request threads
 //
 // So, for instance, MetaDb::transaction(fn) must never take Txn::mu inside fn: a thread
@@ -61,6 +63,7 @@ enum class LockRank : uint8_t {
   kCommittedView = 70,
   kStepMirror = 80,
   kInvalidator = 90,
+  kLazyStash = 95,
   kStallWatchdog = 100,
 };
 

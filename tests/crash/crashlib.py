@@ -276,9 +276,16 @@ class Workload:
     """THREADS threads of transactions; see the module doc."""
 
     def __init__(self, mnt: Path, parts: list[Part], seed: int, journal, cycle: int,
-                 abort_rate=0.25):
+                 abort_rate=0.25, lazy_rate=0.0):
         self.mnt = mnt
         self.parts = parts                  # committed state per thread (C), updated on acks
+        self.base = list(parts)             # the state per thread when the workload began
+        self.lazy_rate = lazy_rate          # share of commits that are lazy
+        # per thread, every acknowledged commit: {"part", "txid", "lazy", "start", "ack"};
+        # start/ack: the global event counter when its commit call began / returned 0
+        self.history: list[list[dict]] = [[] for _ in parts]
+        self.events = 0
+        self.lazy_commits = 0
         self.seed = seed
         self.journal = journal
         self.cycle = cycle
@@ -341,14 +348,24 @@ class Workload:
                              "ops": info["ops"]}) + "\n")
                 else:
                     info["phase"] = "committing"
-                    rc = tl.txn_commit(self.mnt, txid)
+                    lazy = rng.random() < self.lazy_rate
+                    info["lazy"] = lazy
+                    with self.lock:
+                        self.events += 1
+                        info["start"] = self.events
+                    rc = (tl.txn_commit_lazy if lazy else tl.txn_commit)(self.mnt, txid)
                     if rc != 0:
                         raise OSError(-rc, f"txnfs_commit: {os.strerror(-rc)}")
                     self.parts[k] = work           # acknowledged: now the committed state
                     with self.lock:
+                        self.events += 1
+                        self.history[k].append({"part": work, "txid": txid, "lazy": lazy,
+                                                "start": info["start"], "ack": self.events})
+                        self.lazy_commits += lazy
                         self.commits += 1
                         self.journal.write(json.dumps(
-                            {"cycle": self.cycle, "thread": k, "txid": txid, "outcome": "committed",
+                            {"cycle": self.cycle, "thread": k, "txid": txid,
+                             "outcome": "committed lazily" if lazy else "committed",
                              "state": work.digest(), "ops": info["ops"]}) + "\n")
                 self.inflight[k] = None
             except OSError as e:
@@ -670,7 +687,8 @@ class Env:
         tl.run(["xfs_io", "-x", "-c", "shutdown", self.xfs], check=True)
 
     # -- the daemon -------------------------------------------------------
-    def mount(self, name: str, crash_at: str | None = None, timeout=60.0) -> tuple[int | None, float]:
+    def mount(self, name: str, crash_at: str | None = None, timeout=60.0,
+              extra=()) -> tuple[int | None, float]:
         """Starts `txnfs mount -f`. Returns (None, seconds) once mounted, or (exit status,
         seconds) when the daemon exited first (a crash point in recovery: 137)."""
         assert self.proc is None
@@ -683,7 +701,8 @@ class Env:
         with open(self.logs / f"{name}.stderr", "wb") as err:
             self.proc = subprocess.Popen(
                 [tl.txnfs_bin(), "mount", "-f", str(self.store.path), str(self.mnt),
-                 "--log-file", str(self.log_file), "--lock-timeout-ms", str(LOCK_TIMEOUT_MS)],
+                 "--log-file", str(self.log_file), "--lock-timeout-ms", str(LOCK_TIMEOUT_MS),
+                 *extra],
                 env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
         deadline = t0 + timeout
         while time.monotonic() < deadline:
@@ -840,6 +859,9 @@ class Stats:
     stuck_in: list = field(default_factory=list)
     unacked_present: int = 0
     unacked_absent: int = 0
+    lazy_commits: int = 0
+    lazy_lost: int = 0            # acknowledged lazy commits a crash took (always a suffix)
+    crashes_losing_lazy: int = 0
     workload_errors: list = field(default_factory=list)
 
     def summary(self, npoints) -> str:
@@ -856,6 +878,9 @@ class Stats:
                      f"{self.retryable} aborted after a lock conflict; "
                      f"unacknowledged at a crash: {self.unacked_present} present (commit record "
                      f"durable), {self.unacked_absent} absent")
+        lines.append(f"lazy commits: {self.lazy_commits} acknowledged, {self.lazy_lost} lost "
+                     f"to {self.crashes_losing_lazy} crashes (each loss a suffix of the commit "
+                     f"order, checked)")
         for name, xs in (("recovery time (txnfs)", self.recovery),
                          ("mount time incl. recovery", self.mount)):
             if xs:
@@ -881,8 +906,9 @@ class Violation(Exception):
 class Runner:
     def __init__(self, seed: int, kind: str, threads: int = 4, workdir: Path | None = None,
                  keep_going: bool = False, log=print, only_point: str | None = None,
-                 max_delay: float = 1.2, keep_image: bool = False):
+                 max_delay: float = 1.2, keep_image: bool = False, lazy_rate: float = 0.5):
         self.seed = seed
+        self.lazy_rate = lazy_rate
         self.kind = kind
         self.nthreads = threads
         self.keep_going = keep_going
@@ -971,11 +997,12 @@ class Runner:
         where = (f"seed {self.seed}, crash #{i}: kind {kind}"
                  f"{', point ' + point + ':' + str(count) if point else ''}")
         crash_at = f"{point}:{count}" if point and not recovery_point else None
-        rc, _ = env.mount(f"c{i}-work", crash_at)
+        flush_ms = rng.choice((5, 50, 1000))
+        rc, _ = env.mount(f"c{i}-work", crash_at, extra=("--lazy-flush-ms", str(flush_ms)))
         if rc is not None:
             raise Violation(f"{where}: the workload mount failed (exit {rc}); log "
                             f"{env.logs}/c{i}-work.stderr")
-        wl = Workload(env.mnt, self.parts, cseed, self.journal, i)
+        wl = Workload(env.mnt, self.parts, cseed, self.journal, i, lazy_rate=self.lazy_rate)
         wl.start()
         delay = rng.uniform(0.05, self.max_delay)
         fired = False
@@ -1025,6 +1052,7 @@ class Runner:
                      "ops": info["ops"], "failed": info.get("current")}) + "\n")
         self.journal.flush()
         self.stats.commits += wl.commits
+        self.stats.lazy_commits += wl.lazy_commits
         self.stats.aborts += wl.aborts
         self.stats.retryable += wl.retryable
         for e in wl.errors:
@@ -1081,26 +1109,46 @@ class Runner:
         if left:
             problems.append(f"undo logs left after recovery: {left}")
         new_parts = []
+        lost_acks, kept_starts = [], []   # (ack, who) of lost / (start, who) of surviving commits
+        lost_here = 0
         for k in range(self.nthreads):
             got = actual(mnt, k)
-            committed = self.parts[k]          # (the workload updated it on every ack)
-            expect_c = committed.describe()
+            # the states thread k may be in: before this cycle, after each acknowledged
+            # commit; lazy ones may be lost, but only the latest of all (a suffix)
+            hist = wl.history[k]
+            states = [wl.base[k]] + [h["part"] for h in hist]
+            descs = [st.describe() for st in states]
             info = wl.inflight[k]
-            if got == expect_c:
+            j = max((i for i, d in enumerate(descs) if d == got), default=None)
+            if j is not None:
                 if info and info["phase"] == "committing":
-                    if info["work"].describe() == expect_c:
+                    if info["work"].describe() == descs[-1]:
                         pass   # the transaction changed nothing: present = absent
                     elif info["txid"] in committed_ids:
                         problems.append(f"thread {k}: transaction {info['txid']} has a durable "
                                         f"commit record but is absent")
                     else:
                         self.stats.unacked_absent += 1
-                new_parts.append(committed)
+                for h in hist[j:]:
+                    lost_acks.append((h["ack"], f"thread {k} txn {h['txid']}"))
+                    if not h["lazy"]:
+                        problems.append(f"thread {k}: transaction {h['txid']} was committed "
+                                        f"durably but is lost")
+                    elif h["txid"] in committed_ids:
+                        problems.append(f"thread {k}: lazy transaction {h['txid']} has a "
+                                        f"durable commit record but is lost")
+                lost_here += len(hist[j:])
+                for h in hist[:j]:
+                    kept_starts.append((h["start"], f"thread {k} txn {h['txid']}"))
+                new_parts.append(states[j])
                 continue
             if info and info["phase"] == "committing":
                 expect_w = info["work"].describe()
                 if got == expect_w:
                     tx = info["txid"]
+                    for h in hist:
+                        kept_starts.append((h["start"], f"thread {k} txn {h['txid']}"))
+                    kept_starts.append((info.get("start", 0), f"thread {k} txn {tx} (in flight)"))
                     if tx in committed_ids or (tx not in records and tx not in logs):
                         self.stats.unacked_present += 1
                         new_parts.append(info["work"])
@@ -1110,10 +1158,10 @@ class Runner:
                                     f"{'present' if tx in logs else 'absent'})")
                     new_parts.append(info["work"])
                     continue
-                d = diff(expect_c, got)
+                d = diff(descs[-1], got)
                 dw = diff(expect_w, got)
                 problems.append(
-                    f"thread {k}: neither the committed state nor that of unacknowledged "
+                    f"thread {k}: neither a committed state nor that of unacknowledged "
                     f"transaction {info['txid']} (commit record "
                     f"{'durable' if info['txid'] in committed_ids else 'not durable'}); vs. "
                     f"committed:\n    " + "\n    ".join(d) + "\n  vs. with the transaction:\n    "
@@ -1122,9 +1170,20 @@ class Runner:
                 phase = info["phase"] if info else "idle"
                 problems.append(
                     f"thread {k} ({phase}, txn {info and info['txid']}, "
-                    f"{len(info['ops']) if info else 0} ops done): the tree is not the committed "
-                    f"state:\n    " + "\n    ".join(diff(expect_c, got)))
+                    f"{len(info['ops']) if info else 0} ops done): the tree is not a committed "
+                    f"state:\n    " + "\n    ".join(diff(descs[-1], got)))
             new_parts.append(None)
+        # the suffix contract across threads: nothing whose commit began after a lost
+        # commit was acknowledged may survive
+        if lost_acks:
+            first_lost = min(lost_acks)
+            later = [w for start, w in kept_starts if start > first_lost[0]]
+            if later:
+                problems.append(f"lost commits are not a suffix of the commit order: "
+                                f"{first_lost[1]} is lost, but {later[:5]}, committed after it "
+                                f"was acknowledged, survived")
+            self.stats.lazy_lost += lost_here
+            self.stats.crashes_losing_lazy += 1
         # names in shared/ that belong to nobody
         stray = [n for n in os.listdir(mnt / "shared")
                  if not re.match(r"k(\d+)_", n) or int(re.match(r"k(\d+)_", n).group(1)) >= self.nthreads]

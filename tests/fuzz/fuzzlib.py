@@ -386,6 +386,8 @@ def gen_case(seed: int, oracle: str, procs: int, nops: int) -> dict:
             "end": "commit" if oracle in ("commit", "plain") else "abort"}
     if oracle == "plain":       # every other seed with another process's transaction open
         case["bystander"] = seed % 2 == 0
+    if oracle == "commit":      # every other seed commits lazily: the same results, at once
+        case["lazy"] = seed % 2 == 1
     if oracle == "crash":
         kind = rng.choice(("kill", "power", "inject"))
         case["crash"] = {"kind": kind, "after": rng.randrange(0, max(1, nops * procs)),
@@ -393,7 +395,26 @@ def gen_case(seed: int, oracle: str, procs: int, nops: int) -> dict:
         if kind == "inject":
             case["crash"]["point"] = f"{rng.choice(crash_point_names())}:{rng.choice((1, 1, 2, 3))}"
         case["end"] = rng.choice(("abort", "commit"))
+        case["txns"] = gen_txns(rng, nops)
     return case
+
+
+def gen_txns(rng, nops: int) -> dict:
+    """The crash oracle's transactions: the op lists are cut at the same indexes in every
+    process into consecutive transactions, each committed lazily or durably (the last
+    one ends with case["end"]); the daemon flushes lazy commits after `flush_ms`."""
+    n = rng.choice((1, 2, 3, 3, 4))
+    cuts = sorted(rng.randrange(0, nops + 1) for _ in range(n - 1))
+    return {"cuts": cuts, "lazy": [rng.random() < 0.6 for _ in range(n)],
+            "flush_ms": rng.choice((5, 50, 60000, 60000))}
+
+
+def txn_segments(case) -> tuple[list[list[list]], list[bool], int | None]:
+    """(segments, lazy, flush_ms): segments[j][k] is process k's ops in transaction j."""
+    t = case.get("txns") or {"cuts": [], "lazy": [False], "flush_ms": None}
+    bounds = [0, *t["cuts"], None]
+    segs = [[lst[bounds[j]:bounds[j + 1]] for lst in case["lists"]] for j in range(len(bounds) - 1)]
+    return segs, t["lazy"], t["flush_ms"]
 
 
 _points = None
@@ -886,21 +907,38 @@ def divergence_of(o, r, ctx):
 # the oracles
 # --------------------------------------------------------------------------
 
-def committed_view(env, tid) -> dict:
-    """STORE/tree as it will be once transaction `tid` has committed: what it removed is
-    stashed in its log directory, whose links to those objects go with the commit."""
-    view = strip_atime(snap.snapshot(env.store.tree, handles=False))
-    held: dict[int, int] = {}
-    logdir = Path(env.store.path) / ".txnfs" / "backups" / str(tid)
-    if logdir.is_dir():
-        for e in os.scandir(logdir):
-            st = e.stat(follow_symlinks=False)
-            if e.name.endswith(".d") and not stat.S_ISDIR(st.st_mode):
-                held[st.st_ino] = held.get(st.st_ino, 0) + 1
+def committed_view(env, tids) -> dict:
+    """STORE/tree as it will be once transactions `tids` have committed (and are
+    durable): what they removed is stashed in their log directories, whose links to those
+    objects go once the commit is durable."""
+    if isinstance(tids, int):
+        tids = [tids]
+    for _ in range(20):   # a group commit may drop links meanwhile: look again
+        view = strip_atime(snap.snapshot(env.store.tree, handles=False))
+        held = _held_links(env, tids)
+        if strip_atime(snap.snapshot(env.store.tree, handles=False)) == view:
+            break
     for v in view.values():
         if v.get("type") != stat.S_IFDIR and v.get("ino") in held:
             v["nlink"] -= held[v["ino"]]
     return view
+
+
+def _held_links(env, tids) -> dict[int, int]:
+    """inode -> links the logs of `tids` hold on objects their transactions removed."""
+    held: dict[int, int] = {}
+    for tid in tids:
+        logdir = Path(env.store.path) / ".txnfs" / "backups" / str(tid)
+        if not logdir.is_dir():
+            continue
+        try:
+            ents = [(e.name, e.stat(follow_symlinks=False)) for e in os.scandir(logdir)]
+        except FileNotFoundError:
+            continue   # the cleaner is discarding the log of a durable commit
+        for name, st in ents:
+            if name.endswith(".d") and not stat.S_ISDIR(st.st_mode):
+                held[st.st_ino] = held.get(st.st_ino, 0) + 1
+    return held
 
 
 @dataclass
@@ -982,8 +1020,8 @@ class Fuzzer:
         raw.mkdir()
         return raw
 
-    def _mount(self, name, crash_at=None):
-        rc, _ = self.env.mount(f"{self.n}-{name}", crash_at)
+    def _mount(self, name, crash_at=None, extra=()):
+        rc, _ = self.env.mount(f"{self.n}-{name}", crash_at, extra=extra)
         if rc is not None:
             err = (self.env.logs / f"{self.n}-{name}.stderr").read_text()[-2000:]
             raise Failure("", "mount-failed", f"txnfs mount ({name}) exited {rc}: {err}")
@@ -1043,7 +1081,7 @@ class Fuzzer:
                               report="gdb backtrace of the daemon:\n" + bt)
             end_rc = None
             if txn_bind and end:
-                fn = tl.txn_commit if end == "commit" else tl.txn_abort
+                fn = {"commit": tl.txn_commit, "commit-lazy": tl.txn_commit_lazy}.get(end, tl.txn_abort)
                 end_rc = _with_deadline(lambda: fn(txn_bind, tid), self.deadline)
                 if end_rc == "stall":
                     bt = self._gdb()
@@ -1086,12 +1124,15 @@ class Fuzzer:
         by = Bystander(env.mnt) if (not txn and case.get("bystander")) else None
         try:
             res_m, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt if txn else None,
-                                           "commit")
+                                           "commit-lazy" if case.get("lazy") else "commit")
         finally:
             if by:
                 by.close()
         if txn and rc != 0:
             raise Failure(oracle, "commit-rc", f"txnfs_commit returned {rc} ({os.strerror(-rc)})")
+        if case.get("lazy"):
+            self.stats.crash["commit oracle: lazy commits"] = \
+                self.stats.crash.get("commit oracle: lazy commits", 0) + 1
         ctx = {"txn": txn or by is not None, "before_inos": before_inos}
         skip_lists, divs = [], {}
         for k, lst in enumerate(case["lists"]):
@@ -1130,19 +1171,30 @@ class Fuzzer:
 
     # -- crash ----------------------------------------------------------------
     def run_crash(self, case):
+        """The ops run as consecutive transactions (txn_segments), committed lazily or
+        durably; a crash comes after a chosen number of ops, or at an injected point.
+        After recovery STORE/tree must be the state after the first i transactions for
+        some i: no transaction partly there (atomicity), and only a suffix of the
+        committed ones lost (the lazy-commit contract) -- and i must include every
+        transaction whose durable commit returned, or that a later durable commit or a
+        sync covered (docs/crash-model.md)."""
         oracle = "crash"
         env = self.env
         c = case["crash"]
+        segs, lazy, flush_ms = txn_segments(case)
+        extra = ("--lazy-flush-ms", str(flush_ms)) if flush_ms else ()
         self._fresh()
         self._mount("p")
         populate(env.mnt, case["seed"], areas(case["procs"], case["shared"]))
         env.umount()
         point = c.get("point")
         recovery_point = point and point.startswith("recover.")
-        self._mount("w", point if point and not recovery_point else None)
+        self._mount("w", point if point and not recovery_point else None, extra)
         before = strip_atime(snap.stable_snapshot(env.mnt))
-        store_before = strip_atime(snap.snapshot(env.store.tree, handles=False))
-        store_after = None
+        # states[i]: STORE/tree after the first i transactions committed
+        states = [strip_atime(snap.snapshot(env.store.tree, handles=False))]
+        must = 0          # how many transactions must survive the crash
+        acked = 0         # how many commits returned 0
         label = c["kind"] + (f" {point}" if point else "")
         crashed = {"done": False}
 
@@ -1157,31 +1209,48 @@ class Fuzzer:
 
         stop = c["after"] if c["kind"] in ("kill", "power") or recovery_point else None
         g = Group(env.mnt, len(case["lists"]))
-        asked_commit = False
+        tids = []
         try:
-            rc, tid = tl.txn_begin_rc(env.mnt, tl.TXNFS_BIND_PROCESS, g.leader)
-            if rc != 0:
-                # an injected point in begin (txn.after_begin): the daemon is exiting
-                if not (point and tl.wait_until(lambda: env.daemon_exited() is not None, 5)):
-                    raise Failure(oracle, "begin", f"txnfs_begin: {os.strerror(-rc)}")
-                stop = 0
-            try:
-                g.run(case["lists"], self.deadline, stop_after=stop)
-            except Stall as e:
-                if env.daemon_exited() is None:
-                    bt = self._gdb()
-                    raise Failure(oracle, "stall", str(e), report="gdb:\n" + bt)
+            for j, seg in enumerate(segs):
+                last = j == len(segs) - 1
+                if env.daemon_exited() is not None:
+                    break
+                rc, tid = tl.txn_begin_rc(env.mnt, tl.TXNFS_BIND_PROCESS, g.leader)
+                if rc != 0:
+                    # an injected point in begin (txn.after_begin): the daemon is exiting
+                    if not (point and tl.wait_until(lambda: env.daemon_exited() is not None, 5)):
+                        raise Failure(oracle, "begin", f"txnfs_begin: {os.strerror(-rc)}")
+                    break
+                tids.append(tid)
+                n = sum(len(x) for x in seg)
+                here = None if stop is None else max(0, stop)
+                try:
+                    g.run(seg, self.deadline, stop_after=here)
+                except Stall as e:
+                    if env.daemon_exited() is None:
+                        bt = self._gdb()
+                        raise Failure(oracle, "stall", str(e), report="gdb:\n" + bt)
+                if stop is not None:
+                    stop -= n
+                    if stop < 0 or (stop == 0 and last):
+                        break      # crash inside (or right at the end of) this transaction
+                if env.daemon_exited() is not None:
+                    break
+                if last and case["end"] != "commit":
+                    _with_deadline(lambda: tl.txn_abort(env.mnt, tid), self.deadline)
+                    break
+                states.append(committed_view(env, tids))
+                commit = tl.txn_commit_lazy if lazy[j] else tl.txn_commit
+                rc = _with_deadline(lambda: commit(env.mnt, tid), self.deadline)
+                if rc != 0:
+                    break          # the daemon died inside the commit (injected)
+                acked = j + 1
+                if not lazy[j]:
+                    must = j + 1   # durable: this one and every earlier lazy one
             g.end_workers()
             g.workers_done(self.deadline)
-            if stop is not None and rc == 0:
+            if stop is not None:
                 crash_now()
-            elif env.daemon_exited() is None:
-                if case["end"] == "commit":
-                    store_after = committed_view(env, tid)
-                    asked_commit = True
-                    _with_deadline(lambda: tl.txn_commit(env.mnt, tid), self.deadline)
-                else:
-                    _with_deadline(lambda: tl.txn_abort(env.mnt, tid), self.deadline)
         finally:
             g.close()
         fired = env.daemon_exited() == 137
@@ -1190,6 +1259,8 @@ class Fuzzer:
                 self.stats.crash.get(f"inject {point.split(':')[0]} {'fired' if fired else 'not reached'}", 0) + 1
         else:
             self.stats.crash[c["kind"]] = self.stats.crash.get(c["kind"], 0) + 1
+        if any(lazy[:len(tids)]):
+            self.stats.crash["with lazy commits"] = self.stats.crash.get("with lazy commits", 0) + 1
         env.kill()
         if c["kind"] == "power":
             env.umount_xfs()
@@ -1208,19 +1279,28 @@ class Fuzzer:
             f.oracle = oracle
             f.report = (f.report + "\n" if f.report else "") + self._xfs_state()
             raise
-        after = strip_atime(snap.snapshot(env.mnt))
         store_now = strip_atime(snap.snapshot(env.store.tree, handles=False))
-        d = snap.diff(before, after)
-        if d:
-            if asked_commit and store_after is not None and not snap.diff(store_after, store_now):
-                pass          # the commit was durable: the transaction's result, complete
-            else:
-                raise Failure(oracle, "tree", f"after {label} and recovery the tree is not the "
-                              f"snapshot before{' nor the committed result' if asked_commit else ''}:\n  "
-                              + "\n  ".join(d))
-        elif snap.diff(store_before, store_now):
-            raise Failure(oracle, "store-tree", "STORE/tree differs from before:\n  "
-                          + "\n  ".join(snap.diff(store_before, store_now)))
+        survived = [i for i, s in enumerate(states) if not snap.diff(s, store_now)]
+        if not survived:
+            near = min(range(len(states)), key=lambda i: len(snap.diff(states[i], store_now)))
+            raise Failure(oracle, "tree", f"after {label} and recovery STORE/tree is not the state "
+                          f"after any prefix of the {len(states) - 1} committed transaction(s) "
+                          f"(lazy: {lazy[:len(states) - 1]}); nearest, after {near}:\n  "
+                          + "\n  ".join(snap.diff(states[near], store_now)))
+        if max(survived) < must:
+            raise Failure(oracle, "lost-durable", f"after {label} and recovery only the first "
+                          f"{max(survived)} transaction(s) survived, but {must} were durable "
+                          f"(lazy: {lazy[:len(states) - 1]}); vs. the state after {must}:\n  "
+                          + "\n  ".join(snap.diff(states[must], store_now)))
+        if max(survived) < acked:
+            k = "lost acknowledged lazy commits (a suffix)"
+            self.stats.crash[k] = self.stats.crash.get(k, 0) + 1
+        if max(survived) == 0:
+            after = strip_atime(snap.snapshot(env.mnt))
+            d = snap.diff(before, after)
+            if d:
+                raise Failure(oracle, "tree", f"after {label} and recovery the mount is not the "
+                              "snapshot before:\n  " + "\n  ".join(d))
         self._umount_fsck(oracle)
         self._drop_store(None)
 

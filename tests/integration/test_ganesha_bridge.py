@@ -562,3 +562,38 @@ def test_unusable_bridge_stops_the_server(mnt, servers, bad):
     why = "unknown key `monut`" if bad == "config" else "cannot load TXNFS_BRIDGE_LIB"
     assert why in g.log.read_text()
     assert entries(mnt) == []
+
+
+# --------------------------------------------------------------------------
+# lazy COMPOUNDs (tag prefix txn-lazy): the reply before durability, opted into
+# --------------------------------------------------------------------------
+
+def test_lazy_tag_commits_lazily_and_durability_requests_flush_it(mnt, servers):
+    mnt.remount("--lazy-flush-ms", "60000")
+    g = servers()
+
+    def not_durable():
+        return tl.txn_status(mnt.path)["lazy"]["not_durable"]
+    with nfs.Client(g.port) as c:
+        assert c.compound([op.putrootfh(), op.mkdir("d1")], tag="txn-lazy").status == OK
+        assert entries(mnt) == ["d1"] and not_durable() == 1
+        # a failing lazy COMPOUND is rolled back like any other
+        assert c.compound([op.putrootfh(), op.mkdir("d2")] + FAILS, tag="txn-lazy").status == NOENT
+        assert entries(mnt) == ["d1"] and not_durable() == 1
+        # FILE_SYNC4 WRITEs inside a lazy COMPOUND ask for durability: a durable commit,
+        # which makes the earlier lazy one durable too
+        assert c.compound(figure1("f", fail=False), tag="txn-lazy").status == OK
+        assert not_durable() == 0
+        assert c.compound([op.putrootfh(), op.mkdir("d3")], tag="txn-lazy").status == OK
+        assert not_durable() == 1
+        # a plain client's COMMIT (an fsync outside any transaction) flushes it
+        r = c.compound([op.putrootfh(), op.lookup("f"), op.commit()])
+        assert r.status == OK, r
+        assert not_durable() == 0
+        # untagged and "txn" COMPOUNDs keep durable commits
+        assert c.compound([op.putrootfh(), op.mkdir("d4")], tag="txn").status == OK
+        assert not_durable() == 0
+    assert tl.txn_status(mnt.path)["counters"]["lazy_commits"] == 2
+    log = "\n".join(g.bridge_lines())
+    assert "tag 'txn-lazy'): committed lazily" in log, log
+    assert "those whose tag starts with 'txn-lazy' commit lazily" in log, log

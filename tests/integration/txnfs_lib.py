@@ -640,8 +640,11 @@ def libtxnfs():
         lib.txnfs_info.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(TxnInfo)]
         lib.txnfs_status_json.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.txnfs_set_lock_timeout.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32]
+        lib.txnfs_commit2.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint]
+        lib.txnfs_sync.argtypes = [ctypes.c_char_p]
         for f in (lib.txnfs_begin, lib.txnfs_commit, lib.txnfs_abort, lib.txnfs_info,
-                  lib.txnfs_status_json, lib.txnfs_set_lock_timeout):
+                  lib.txnfs_status_json, lib.txnfs_set_lock_timeout, lib.txnfs_commit2,
+                  lib.txnfs_sync):
             f.restype = ctypes.c_int
         _libtxnfs = lib
     return _libtxnfs
@@ -665,6 +668,19 @@ def txn_begin(mount, flags=TXNFS_BIND_THREAD, pid=0) -> int:
 def txn_commit(mount, tid) -> int:
     """0 or -errno (e.g. -EDEADLK: the transaction can only abort)."""
     return libtxnfs().txnfs_commit(os.fsencode(str(mount)), tid)
+
+
+TXNFS_COMMIT_LAZY = 1
+
+
+def txn_commit_lazy(mount, tid) -> int:
+    """0 or -errno: commits lazily (durable at the next group commit)."""
+    return libtxnfs().txnfs_commit2(os.fsencode(str(mount)), tid, TXNFS_COMMIT_LAZY)
+
+
+def txn_sync(mount) -> int:
+    """0 or -errno: every commit so far durable, lazy ones included."""
+    return libtxnfs().txnfs_sync(os.fsencode(str(mount)))
 
 
 def txn_abort(mount, tid) -> int:

@@ -19,6 +19,12 @@
 //                              (EDEADLK, ETIMEDOUT), the failing operation's status
 //                              becomes NFS4ERR_DELAY (retryable), else the reply is kept.
 //          slot-cache replay   abort (only SEQUENCE ran); the cached reply is kept.
+// A COMPOUND whose tag starts with `lazy_tag_prefix` (the client opted in) commits
+// lazily: the reply says OK once the transaction is final, before it is durable. A
+// crash of the server may then lose it whole (never part of it, and only together with
+// every later lazy one); the client learns of that from the changed write verifier and
+// sends it again (docs/isolation.md, NFS clients). Every other transaction is durable
+// before its reply.
 //
 // State: the open transaction lives in a thread_local. Ganesha runs one COMPOUND at a
 // time on a worker thread and calls begin and end for it on that thread (the patch
@@ -54,6 +60,7 @@ struct OpenTxn {
   uint32_t minorversion;
   std::string tag;  // for log lines only
   bool complete_set = false;  // every lock it takes was predeclared and granted at begin
+  bool lazy = false;          // commits lazily (the tag opted in)
 };
 thread_local std::optional<OpenTxn> current;
 
@@ -133,7 +140,7 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
     current.reset();
   }
   if (!config.transactional(tag_view)) return verdict(TXNFS_BRIDGE_RUN);
-  OpenTxn t{0, minorversion, shown(tag_view)};
+  OpenTxn t{0, minorversion, shown(tag_view), config.lazy(tag_view)};
   int rc = txnfs_begin(config.mount.c_str(), TXNFS_BIND_THREAD, 0, &t.id);
   if (rc != 0) {
     uint32_t status = refusal_status(-rc);
@@ -172,9 +179,12 @@ txnfs_bridge_verdict end(uint32_t status, int replay) {
     return verdict(TXNFS_BRIDGE_KEEP);
   }
   if (status == TXNFS_BRIDGE_NFS4_OK) {
-    int rc = txnfs_commit(config.mount.c_str(), t.id);
+    // A lazy COMPOUND's reply comes before it is durable; a WRITE with FILE_SYNC4 or a
+    // COMMIT inside it (an fsync) makes the commit durable after all.
+    int rc = txnfs_commit2(config.mount.c_str(), t.id,
+                           t.lazy ? TXNFS_COMMIT_LAZY : TXNFS_COMMIT_DURABLE);
     if (rc == 0) {
-      if (config.verbose) logger.line("{}: committed", describe(t));
+      if (config.verbose) logger.line("{}: committed{}", describe(t), t.lazy ? " lazily" : "");
       return verdict(TXNFS_BRIDGE_KEEP);
     }
     // A refused commit (abort-only transaction) leaves it open; a failed one rolled it back.
@@ -232,10 +242,14 @@ std::string start() {
   if (rc < 0)
     return config.mount + (rc == -ENOTTY ? std::string(" is not a txnfs mount")
                                          : std::string(": ") + std::strerror(-rc));
-  logger.line("ready: mount {}; {}", config.mount,
+  logger.line("ready: mount {}; {}{}", config.mount,
               config.all_compounds
                   ? std::string("every COMPOUND is a transaction")
-                  : "COMPOUNDs whose tag starts with '" + config.tag_prefix + "' are transactions");
+                  : "COMPOUNDs whose tag starts with '" + config.tag_prefix + "' are transactions",
+              config.lazy_tag_prefix.empty()
+                  ? std::string("; no lazy commits")
+                  : "; those whose tag starts with '" + config.lazy_tag_prefix +
+                        "' commit lazily");
   return {};
 }
 

@@ -50,6 +50,9 @@ std::optional<Config> parse_config(std::string_view text, std::string *error) {
     } else if (key == "tag_prefix") {
       if (value.empty()) return fail("tag_prefix must not be empty (use all_compounds = yes)");
       c.tag_prefix = value;
+    } else if (key == "lazy_tag_prefix") {
+      if (value.empty()) return fail("lazy_tag_prefix must not be empty (use none)");
+      c.lazy_tag_prefix = value == "none" ? std::string() : std::string(value);
     } else if (key == "all_compounds" || key == "verbose") {
       std::optional<bool> b = parse_bool(value);
       if (!b) return fail(std::string(key) + " must be yes or no, not `" + std::string(value) + "`");

@@ -4,6 +4,12 @@
 //   mount = /path        the txnfs mount that Ganesha exports (required, absolute)
 //   tag_prefix = txn     a COMPOUND whose tag starts with this runs as one transaction
 //   all_compounds = no   yes: every COMPOUND runs as one transaction, whatever its tag
+//   lazy_tag_prefix = txn-lazy  a COMPOUND whose tag starts with this runs as one
+//                        transaction that commits lazily (TXNFS_COMMIT_LAZY): the reply
+//                        comes before the transaction is durable. A client opts in by its
+//                        tag; every other transactional COMPOUND commits durably. `none`
+//                        turns lazy COMPOUNDs off (such tags then commit durably, if
+//                        tag_prefix matches them).
 //   log = /path          append the bridge's log lines here (default: stderr)
 //   verbose = no         yes: also log every transactional COMPOUND's outcome
 //   lock_timeout_ms = 250  how long one lock wait of a transactional COMPOUND may last
@@ -31,6 +37,7 @@ struct Config {
   std::string mount;
   std::string tag_prefix = "txn";
   bool all_compounds = false;
+  std::string lazy_tag_prefix = "txn-lazy";  // empty: none
   std::string log;  // empty: stderr
   bool verbose = false;
   uint32_t lock_timeout_ms = 250;
@@ -38,7 +45,11 @@ struct Config {
 
   // Whether a COMPOUND with this tag runs as a transaction.
   bool transactional(std::string_view tag) const {
-    return all_compounds || tag.starts_with(tag_prefix);
+    return all_compounds || tag.starts_with(tag_prefix) || lazy(tag);
+  }
+  // Whether such a COMPOUND commits lazily.
+  bool lazy(std::string_view tag) const {
+    return !lazy_tag_prefix.empty() && tag.starts_with(lazy_tag_prefix);
   }
 };
 

@@ -54,6 +54,28 @@ TEST_CASE("bridge config: which tags are transactional", "[bridge]") {
   CHECK(c.transactional("linux"));
 }
 
+TEST_CASE("bridge config: lazy COMPOUNDs are opted into by their tag", "[bridge]") {
+  Config c;
+  c.mount = "/m";
+  CHECK(c.transactional("txn-lazy"));
+  CHECK(c.lazy("txn-lazy:copy 3"));
+  CHECK_FALSE(c.lazy("txn"));
+  CHECK_FALSE(c.lazy("txn:copy"));
+  CHECK_FALSE(c.lazy(""));
+  std::string err;
+  auto p = parse_config("mount = /m\ntag_prefix = t:\nlazy_tag_prefix = fast:\n", &err);
+  REQUIRE(p);
+  CHECK(p->transactional("fast:x"));
+  CHECK(p->lazy("fast:x"));
+  CHECK_FALSE(p->lazy("t:x"));
+  p = parse_config("mount = /m\nlazy_tag_prefix = none\n", &err);
+  REQUIRE(p);
+  CHECK_FALSE(p->lazy("txn-lazy"));
+  CHECK(p->transactional("txn-lazy"));  // still a transaction by tag_prefix, durable
+  CHECK(error_of("mount = /m\nlazy_tag_prefix =\n") ==
+        "line 2: lazy_tag_prefix must not be empty (use none)");
+}
+
 TEST_CASE("bridge config: errors name the line", "[bridge]") {
   CHECK(error_of("") == "`mount = /path` is required");
   CHECK(error_of("tag_prefix = t\n") == "`mount = /path` is required");

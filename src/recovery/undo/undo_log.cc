@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 
 #include <fmt/format.h>
 
@@ -214,6 +215,23 @@ uint64_t UndoLog::snapshot_xattrs(int fd, UndoStep s) {
     throw_errno(fmt::format("write undo record {}/{}", txid_, step_name(seq)), err);
   }
   recorded(s);
+  return seq;
+}
+
+int mark_lazy_commit(int log_fd, uint64_t seq) {
+  std::string target = std::to_string(seq);
+  if (::symlinkat(target.c_str(), log_fd, kLazyMarker) == 0) return 0;
+  return errno;
+}
+
+std::optional<uint64_t> lazy_commit_seq(int backups_fd, uint64_t txid) {
+  std::string path = std::to_string(txid) + "/" + kLazyMarker;
+  char buf[32];
+  ssize_t n = ::readlinkat(backups_fd, path.c_str(), buf, sizeof buf);
+  if (n <= 0 || size_t(n) >= sizeof buf) return std::nullopt;
+  uint64_t seq = 0;
+  auto [p, ec] = std::from_chars(buf, buf + n, seq, 10);
+  if (ec != std::errc() || p != buf + n) return std::nullopt;
   return seq;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "recovery/undo/undo_step.h"
@@ -75,5 +76,18 @@ class UndoLog {
   std::unique_ptr<Counters> c_;
   Observer observer_;
 };
+
+// The lazy-commit marker: a symlink named "lazy" in a log directory whose target is the
+// transaction's commit sequence number (decimal). The daemon writes it when a lazy
+// commit makes the transaction final, before its locks are released, so XFS journals it
+// before anything a later transaction changes on top of it. Recovery rolls back the
+// logs that have no durable commit record: those without a marker first (they never
+// committed), then the marked ones in decreasing sequence order. The undo executor
+// ignores the marker (a name that is not a record); removing the log removes it.
+inline constexpr const char *kLazyMarker = "lazy";
+// 0 or an errno.
+int mark_lazy_commit(int log_fd, uint64_t seq);
+// The sequence number of backups/<txid>'s marker; nullopt without (or with a garbled) one.
+std::optional<uint64_t> lazy_commit_seq(int backups_fd, uint64_t txid);
 
 }  // namespace txnfs

@@ -108,9 +108,9 @@ int cmd_run(const TxnOptions &o) {
   std::optional<uint64_t> ops;
   struct txnfs_info info {};
   if (::txnfs_info(o.mount.c_str(), id, &info) == 0) ops = info.ops;
-  rc = ::txnfs_commit(o.mount.c_str(), id);
+  rc = ::txnfs_commit2(o.mount.c_str(), id, o.lazy ? TXNFS_COMMIT_LAZY : TXNFS_COMMIT_DURABLE);
   if (rc == 0) {
-    print_outcome(run_summary_committed(id, ops));
+    print_outcome(run_summary_committed(id, ops) + (o.lazy ? " (lazily)" : ""));
     return 0;
   }
   print_error(txn_error_message(Action::Commit, -rc, o.mount, id));
@@ -156,7 +156,9 @@ int cmd_end(const TxnOptions &o, bool commit) {
     return 1;
   }
   if (!check_mount_path(o.mount)) return 1;
-  int rc = commit ? ::txnfs_commit(o.mount.c_str(), *id) : ::txnfs_abort(o.mount.c_str(), *id);
+  int rc = commit ? ::txnfs_commit2(o.mount.c_str(), *id,
+                                    o.lazy ? TXNFS_COMMIT_LAZY : TXNFS_COMMIT_DURABLE)
+                  : ::txnfs_abort(o.mount.c_str(), *id);
   if (rc == 0) return 0;
   std::string msg = txn_error_message(commit ? Action::Commit : Action::Abort, -rc, o.mount, *id);
   std::string hint;
@@ -168,6 +170,14 @@ int cmd_end(const TxnOptions &o, bool commit) {
       hint = fmt::format("it can only abort now: txnfs abort {} {}", o.mount, *id);
   }
   print_error(msg, hint);
+  return 1;
+}
+
+int cmd_sync(const TxnOptions &o) {
+  if (!check_mount_path(o.mount)) return 1;
+  int rc = ::txnfs_sync(o.mount.c_str());
+  if (rc == 0) return 0;
+  print_error(txn_error_message(Action::Status, -rc, o.mount));
   return 1;
 }
 
@@ -222,11 +232,14 @@ TxnCommands::TxnCommands(CLI::App &app) {
   run_->add_option("MOUNT", opt_.mount, mount_help)->required();
   run_->add_flag("--abort", opt_.abort,
                  "abort the transaction even if the command succeeds (a dry run)");
+  run_->add_flag("--lazy", opt_.lazy,
+                 "commit lazily: final and visible at once, durable within the mount's "
+                 "--lazy-flush-ms (a crash before then rolls it back whole)");
   // Only for --help: split_run_command() takes the command out before CLI11 parses.
   run_->add_option("COMMAND", help_only_command_,
                    "the command and its arguments: everything after MOUNT (or after --)");
   run_->footer(
-      "Usage: txnfs run [--abort] MOUNT [--] COMMAND [ARGS...]\n"
+      "Usage: txnfs run [--abort] [--lazy] MOUNT [--] COMMAND [ARGS...]\n"
       "Options of txnfs run go before COMMAND; everything from COMMAND on is passed to it.\n"
       "\n"
       "Begins a transaction bound to txnfs's own process, then runs COMMAND (looked up in\n"
@@ -259,6 +272,10 @@ TxnCommands::TxnCommands(CLI::App &app) {
   commit_ = app.add_subcommand("commit", "Commit a transaction");
   commit_->add_option("MOUNT", opt_.mount, mount_help)->required();
   commit_->add_option("ID", opt_.id, "the transaction id (from `txnfs begin`)")->required();
+  commit_->add_flag("--lazy", opt_.lazy,
+                    "commit lazily: final and visible at once, durable within the mount's "
+                    "--lazy-flush-ms or at the next `txnfs sync` (a crash before then rolls "
+                    "it back whole, and only after every later one)");
   commit_->footer("Prints nothing on success. Exit status: 0 committed; 1 error -- e.g. no such\n"
                   "open transaction, not yours, abort-only (it lost a deadlock; abort it), or the\n"
                   "commit failed and the transaction was rolled back.");
@@ -267,6 +284,11 @@ TxnCommands::TxnCommands(CLI::App &app) {
   abort_->add_option("MOUNT", opt_.mount, mount_help)->required();
   abort_->add_option("ID", opt_.id, "the transaction id (from `txnfs begin`)")->required();
   abort_->footer("Prints nothing on success. Exit status: 0 aborted; 1 error.");
+
+  sync_ = app.add_subcommand("sync", "Make every commit on a mount durable, lazy ones included");
+  sync_->add_option("MOUNT", opt_.mount, mount_help)->required();
+  sync_->footer("Returns once every transaction committed before it is durable.\n"
+                "Exit status: 0, or 1 on error.");
 
   status_ = app.add_subcommand("status", "Show a mount's open transactions and counters");
   status_->add_option("MOUNT", opt_.mount, mount_help)->required();
@@ -307,7 +329,7 @@ std::vector<const char *> TxnCommands::split_run_command(int argc, const char *c
 
 bool TxnCommands::selected() const {
   return run_->parsed() || begin_->parsed() || commit_->parsed() || abort_->parsed() ||
-         status_->parsed();
+         status_->parsed() || sync_->parsed();
 }
 
 int TxnCommands::usage_exit_status() const { return run_->parsed() ? kRunTxnFailed : kUsage; }
@@ -319,6 +341,7 @@ int TxnCommands::execute() {
     if (commit_->parsed()) return cmd_end(opt_, true);
     if (abort_->parsed()) return cmd_end(opt_, false);
     if (status_->parsed()) return cmd_status(opt_);
+    if (sync_->parsed()) return cmd_sync(opt_);
   } catch (const std::exception &e) {
     print_error(e.what());
     return run_->parsed() ? kRunTxnFailed : 1;

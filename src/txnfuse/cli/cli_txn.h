@@ -1,4 +1,4 @@
-// The transaction subcommands of the txnfs CLI: run, begin, commit, abort, status.
+// The transaction subcommands of the txnfs CLI: run, begin, commit, abort, status, sync.
 // They are clients of the daemon's control channel through libtxnfs (include/txnfs/txnfs.h).
 // Their exit statuses are listed in exit_status.h.
 #pragma once
@@ -24,6 +24,8 @@ struct TxnOptions {
   pid_t pid = 0;  // 0: the parent of txnfs (the calling shell)
   // commit, abort
   std::string id;
+  // run, commit: commit lazily (TXNFS_COMMIT_LAZY)
+  bool lazy = false;
   // status
   bool json = false;
 };
@@ -50,7 +52,7 @@ class TxnCommands {
  private:
   TxnOptions opt_;
   std::vector<std::string> help_only_command_;
-  CLI::App *run_, *begin_, *commit_, *abort_, *status_;
+  CLI::App *run_, *begin_, *commit_, *abort_, *status_, *sync_;
 };
 
 // CLI11's failure message with the "txnfs: error: " prefix of every txnfs error.

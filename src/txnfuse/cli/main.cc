@@ -78,6 +78,13 @@ int main(int argc, char **argv) {
                     "on demand (default: half the open-file hard limit)")
       ->check(CLI::PositiveNumber);
 
+  int64_t lazy_flush_ms = mo.lazy_flush.count();
+  mount->add_option("--lazy-flush-ms", lazy_flush_ms,
+                    "longest time a lazily committed transaction stays not durable (1.." +
+                        std::to_string(TxnLimits::kMaxLazyFlush.count()) + ")")
+      ->check(CLI::Range(int64_t(1), int64_t(TxnLimits::kMaxLazyFlush.count())))
+      ->capture_default_str();
+
   auto *umount = app.add_subcommand("umount", "Unmount a txnfs mount point");
   umount->add_option("MOUNTPOINT", mountpoint, "the mount point")->required();
 
@@ -132,6 +139,7 @@ int main(int argc, char **argv) {
     }
     if (*mount) {
       mo.lock_timeout = std::chrono::milliseconds(lock_timeout_ms);
+      mo.lazy_flush = std::chrono::milliseconds(lazy_flush_ms);
       return run_mount(mo);
     }
     if (*umount) return cmd_umount(mountpoint);

@@ -187,6 +187,14 @@ std::string format_status(std::string_view text) {
     for (size_t i = 0; i < parts.size(); i++) line += (i ? ", " : " ") + parts[i];
     out += line + "\n";
   }
+  auto lazy = j.find("lazy");
+  if (lazy != j.end()) {
+    if (!lazy->is_object()) throw std::runtime_error("\"lazy\" is not an object");
+    auto n = u64_field(*lazy, "not_durable");
+    out += fmt::format("lazy commits not yet durable: {}", or_dash(n));
+    if (n && *n > 0) out += fmt::format(", oldest {} ms", or_dash(u64_field(*lazy, "oldest_ms")));
+    out += fmt::format(" (flushed within {} ms)\n", or_dash(u64_field(*lazy, "flush_ms")));
+  }
   return out;
 }
 

@@ -158,6 +158,7 @@ int run_mount(const MountOptions &opts) {
   fs.txns->limits.lock_timeout = opts.lock_timeout;
   fs.txns->limits.max_ops = opts.max_ops;
   fs.txns->limits.max_backup_bytes = opts.max_backup_bytes;
+  fs.txns->limits.lazy_flush = opts.lazy_flush;
 
   std::vector<std::string> argv_s = {
       "txnfs", "-o",

@@ -24,6 +24,7 @@ struct MountOptions {
   // O_PATH fds the daemon keeps open for objects the kernel knows (txn/fd_cache.h);
   // 0: FdCache::default_capacity(), half the open-file hard limit.
   uint64_t fd_cache = 0;
+  std::chrono::milliseconds lazy_flush = TxnLimits::kDefaultLazyFlush;
 };
 
 // Mounts and serves until unmounted. Throws Error (having changed nothing) when the

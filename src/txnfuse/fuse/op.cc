@@ -45,14 +45,19 @@ Op::~Op() {
 }
 
 int Op::lock(const LockKey &key, LockMode mode) {
-  if (lockless_) return 0;
-  if (mode == LockMode::X || mode == LockMode::IX) mutating_ = true;
+  bool change = mode == LockMode::X || mode == LockMode::IX;
+  // A plain change must not land on what a rollback of a lazily committed transaction
+  // would undo: every lazy commit becomes durable first (docs/crash-model.md). Checked
+  // once the lock is held: no transaction can commit lazily on this object after that.
+  auto plain_change = [&] { return change && !txn_ ? fs_.txns->before_plain_change() : 0; };
+  if (lockless_) return plain_change();
+  if (change) mutating_ = true;
   LockOwner &owner = txn_ ? static_cast<LockOwner &>(*txn_) : *plain_;
   auto timeout = fs_.txns->lock_timeout(txn_.get());
   stall::expect_wait(timeout);  // waiting up to the lock timeout is not a stall
   int err = fs_.locks.acquire(owner, key, mode, timeout);
   if (err && txn_) txn_->doom(err);
-  return err;
+  return err ? err : plain_change();
 }
 
 int Op::lock_entry(uint64_t dir, const char *name, bool write) {

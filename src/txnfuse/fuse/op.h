@@ -58,6 +58,7 @@ class Op {
   // Attributes as this request's transaction must see them.
   void adjust(struct stat &st) const {
     if (txn_) txn_->adjust(st, fs_.nodeid_of(st.st_ino));
+    fs_.txns->adjust_lazy(st, fs_.nodeid_of(st.st_ino));
   }
 
   // Cache lifetimes of a reply. What a transaction changed (`changed_entry`: the

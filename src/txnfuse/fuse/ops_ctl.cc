@@ -45,6 +45,19 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
       if (err) return (void)fuse_reply_err(req, err);
       return (void)fuse_reply_ioctl(req, 0, nullptr, 0);
     }
+    case TXNFS_IOC_COMMIT2: {
+      txnfs_ioc_commit c;
+      if (!in(c) || c.reserved != 0 || (c.flags & ~unsigned(TXNFS_COMMIT_LAZY)))
+        return (void)fuse_reply_err(req, EINVAL);
+      int err = tm.commit(ctx->uid, c.id, c.flags);
+      if (err) return (void)fuse_reply_err(req, err);
+      return (void)fuse_reply_ioctl(req, 0, nullptr, 0);
+    }
+    case TXNFS_IOC_SYNC: {
+      int err = tm.sync();
+      if (err) return (void)fuse_reply_err(req, err);
+      return (void)fuse_reply_ioctl(req, 0, nullptr, 0);
+    }
     case TXNFS_IOC_INFO: {
       struct txnfs_info i;
       if (!in(i) || out_bufsz < sizeof i) return (void)fuse_reply_err(req, EINVAL);

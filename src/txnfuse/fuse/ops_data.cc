@@ -58,6 +58,8 @@ void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info *) { fuse_reply_err(req
 void op_fsync(fuse_req_t req, fuse_ino_t nodeid, int datasync, fuse_file_info *fi) {
   if (!inode_of(req, nodeid)) return (void)fuse_reply_err(req, ESTALE);
   if (fs_of(req).txns->defers_fsync(fuse_req_ctx(req)->pid)) return (void)fuse_reply_err(req, 0);
+  // A plain fsync asks for durability: lazy commits become durable too.
+  if (int err = fs_of(req).txns->before_plain_change()) return (void)fuse_reply_err(req, err);
   int rc = datasync ? ::fdatasync(fd_of(fi)) : ::fsync(fd_of(fi));
   fuse_reply_err(req, rc == 0 ? 0 : errno);
 }

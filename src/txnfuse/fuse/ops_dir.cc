@@ -198,6 +198,8 @@ void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
 
 void op_fsyncdir(fuse_req_t req, fuse_ino_t, int datasync, fuse_file_info *fi) {
   if (fs_of(req).txns->defers_fsync(fuse_req_ctx(req)->pid)) return (void)fuse_reply_err(req, 0);
+  // A plain fsync asks for durability: lazy commits become durable too.
+  if (int err = fs_of(req).txns->before_plain_change()) return (void)fuse_reply_err(req, err);
   int fd = ::dirfd(dir_of(fi)->dp);
   int rc = datasync ? ::fdatasync(fd) : ::fsync(fd);
   fuse_reply_err(req, rc == 0 ? 0 : errno);

@@ -1,5 +1,7 @@
-// Group commit (TxnManager::durable_commit): the commits that arrive while a leader
-// syncs wait for the next leader, who syncs once for all of them.
+// Group commit (TxnManager::group_commit): the commits that arrive while a leader
+// syncs wait for the next leader, who syncs once for all of them. Lazy commits join the
+// lazy queue and do not wait: every round writes their commit records too, and the
+// flusher runs a round for them when nobody else does (TxnManager::flusher_loop).
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,13 +15,73 @@
 
 namespace txnfs {
 
+int TxnManager::durable_commit(Txn &t) { return group_commit(&t); }
+
+int TxnManager::sync() { return group_commit(nullptr); }
+
+// Commit order: the sequence number is taken, marked in the log, and the transaction
+// queued under gc_mu_, so the lazy queue is in sequence order and the marker of every
+// earlier lazy commit was written first (XFS journals the marker before anything that a
+// later transaction changes on top of this one: its locks are released after this).
+int TxnManager::lazy_commit(TxnPtr t) {
+  UndoLog *log;
+  {
+    MutexLock g(t->mu);
+    log = t->log.get();
+  }
+  try {
+    // Outside the database's durability: the lazy-commit time the status views show
+    // (the row stays 'active'; only a durable 'committed' row is a commit record).
+    env_.db->mark_txn_lazy(t->id());
+  } catch (const std::exception &e) {
+    spdlog::error("transaction {}: marking the lazy commit: {}", t->id(), e.what());
+    return EIO;
+  }
+  count_lazy_stashes(*t, +1);  // before anyone can stat what it removed
+  MutexLock l(gc_mu_);
+  uint64_t seq = commit_seq_ + 1;
+  if (int err = mark_lazy_commit(log->dir_fd(), seq)) {
+    l.unlock();
+    count_lazy_stashes(*t, -1);
+    return err;
+  }
+  commit_seq_ = seq;
+  t->commit_seq = seq;
+  t->lazy_since = std::chrono::steady_clock::now();
+  lazy_pending_.fetch_add(1, std::memory_order_acq_rel);
+  lazy_queue_.push_back(std::move(t));
+  TXNFS_CRASH_POINT("commit.lazy_marked");
+  flush_cv_.notify_one();
+  return 0;
+}
+
 // syncfs makes every effect and undo record durable, then the commit records are
 // written and the database synced: a commit record is never durable before the
-// effects it vouches for. Everyone queued when a leader starts shares its syncs.
-int TxnManager::durable_commit(Txn &t) {
+// effects it vouches for. Everyone queued when a leader starts shares its syncs, and
+// the lazy commits queued by then are written in the same SQLite transaction, in
+// commit order: SQLite's WAL keeps a prefix of its transactions after a crash, so the
+// durable commit records stay a prefix of the commit order.
+void TxnManager::count_lazy_stashes(Txn &t, int sign) {
+  std::vector<std::pair<uint64_t, uint32_t>> links;  // as Txn::adjust counts them
+  {
+    MutexLock g(t.mu);
+    for (auto &[nodeid, o] : t.objects)
+      if (o.stashed) links.emplace_back(nodeid, o.stashed);
+  }
+  if (links.empty()) return;
+  MutexLock g(lazy_mu_);
+  for (auto [n, k] : links) {
+    uint32_t &c = lazy_stashed_[n];
+    c = uint32_t(int64_t(c) + sign * int64_t(k));
+    if (c == 0) lazy_stashed_.erase(n);
+  }
+}
+
+int TxnManager::group_commit(Txn *t) {
   MutexLock l(gc_mu_);
   uint64_t ticket = ++gc_requested_;
-  gc_queue_.push_back(&t);
+  if (t) gc_queue_.push_back(t);
+  int mine = 0;
   while (gc_done_ < ticket) {
     if (gc_leader_) {
       gc_cv_.wait(gc_mu_);
@@ -28,6 +90,8 @@ int TxnManager::durable_commit(Txn &t) {
     gc_leader_ = true;
     std::vector<Txn *> batch;
     batch.swap(gc_queue_);
+    lazy_in_round_.swap(lazy_queue_);
+    std::vector<TxnPtr> lazy(lazy_in_round_.begin(), lazy_in_round_.end());
     uint64_t upto = gc_requested_;
     l.unlock();
     int err = ::syncfs(env_.tree_fd) == 0 ? 0 : errno;
@@ -35,6 +99,7 @@ int TxnManager::durable_commit(Txn &t) {
       TXNFS_CRASH_POINT("commit.after_syncfs");
       try {
         env_.db->transaction([&] {
+          for (auto &b : lazy) env_.db->set_txn_state(b->id(), "committed");
           for (Txn *b : batch) env_.db->set_txn_state(b->id(), "committed");
         });
         TXNFS_CRASH_POINT("commit.after_record");
@@ -45,13 +110,60 @@ int TxnManager::durable_commit(Txn &t) {
         err = EIO;
       }
     }
+    if (!err) {
+      for (auto &b : lazy) {
+        // For a moment stat counts the links again (too many, never too few), until
+        // after_durable drops them.
+        count_lazy_stashes(*b, -1);
+        after_durable(*b);
+      }
+      if (!lazy.empty()) lazy_flushes_++;
+    } else if (!lazy.empty()) {
+      spdlog::error("{} lazily committed transactions are not durable yet: {}", lazy.size(),
+                    std::strerror(err));
+    }
     l.lock();
+    if (!err) {
+      lazy_pending_.fetch_sub(lazy.size(), std::memory_order_acq_rel);
+    } else {
+      // They stay committed and in commit order; the next round tries again.
+      for (auto it = lazy_in_round_.rbegin(); it != lazy_in_round_.rend(); ++it)
+        lazy_queue_.push_front(*it);
+    }
+    lazy_in_round_.clear();
     for (Txn *b : batch) b->commit_error = err;
+    gc_err_ = err;
+    if (upto >= ticket) mine = err;
     gc_done_ = upto;
     gc_leader_ = false;
     gc_cv_.notify_all();
   }
-  return t.commit_error;
+  if (t) return t->commit_error;
+  return mine ? mine : gc_err_;
+}
+
+// Makes lazy commits durable at most limits.lazy_flush after they were made, in a
+// round of their own when no durable commit or sync() came first; at stop, all of them.
+void TxnManager::flusher_loop() {
+  MutexLock l(gc_mu_);
+  while (true) {
+    while (!stopping_ && lazy_queue_.empty()) flush_cv_.wait(gc_mu_);
+    if (lazy_queue_.empty()) return;  // stopping, nothing pending
+    if (!stopping_) {
+      auto due = lazy_queue_.front()->lazy_since + limits.lazy_flush;
+      if (std::chrono::steady_clock::now() < due) {
+        flush_cv_.wait_until(gc_mu_, due);
+        continue;
+      }
+    }
+    l.unlock();
+    if (sync() != 0) {
+      // The store cannot be synced (the error is logged): try again a little later.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    l.lock();
+    if (stopping_ && !lazy_queue_.empty() && gc_err_ != 0) return;  // give up at stop
+  }
 }
 
 }  // namespace txnfs

@@ -1,4 +1,5 @@
 // `txnfs status`'s data: every open transaction and the manager's counters, as JSON.
+#include <chrono>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -45,6 +46,18 @@ std::string TxnManager::status_json() {
                     {"locks_waiting", waiting},
                     {"error", i.error}});
   }
+  uint64_t oldest_ms = 0;
+  {
+    MutexLock g(gc_mu_);
+    auto now = std::chrono::steady_clock::now();
+    const TxnPtr *oldest = !lazy_in_round_.empty() ? &lazy_in_round_.front()
+                           : !lazy_queue_.empty()  ? &lazy_queue_.front()
+                                                   : nullptr;
+    if (oldest)
+      oldest_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                               now - (*oldest)->lazy_since)
+                               .count());
+  }
   nlohmann::json j = {{"transactions", txns},
                       {"counters",
                        {{"commits", commits_.load()},
@@ -55,7 +68,13 @@ std::string TxnManager::status_json() {
                         {"lock_sets", env_.locks.sets()},
                         {"lock_set_waits", env_.locks.set_waits()},
                         {"lock_set_timeouts", env_.locks.set_timeouts()},
-                        {"recoveries", env_.recoveries}}}};
+                        {"recoveries", env_.recoveries},
+                        {"lazy_commits", lazy_commits_.load()},
+                        {"lazy_flushes", lazy_flushes_.load()}}},
+                      {"lazy",
+                       {{"not_durable", lazy_pending_.load()},
+                        {"oldest_ms", oldest_ms},
+                        {"flush_ms", uint64_t(limits.lazy_flush.count())}}}};
   return j.dump();
 }
 

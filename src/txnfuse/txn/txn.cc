@@ -41,6 +41,7 @@ void TxnManager::start() {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   reaper_ = std::thread([this] { reaper_loop(); });
   cleaner_ = std::thread([this] { cleaner_loop(); });
+  flusher_ = std::thread([this] { flusher_loop(); });
   mirror_ = std::make_unique<StepMirror>(*env_.db);
   mirror_->start();
 }
@@ -51,6 +52,9 @@ void TxnManager::stop() {
     uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
   }
+  { MutexLock g(gc_mu_); }  // the flusher is waiting, or will see stopping_
+  flush_cv_.notify_all();
+  if (flusher_.joinable()) flusher_.join();  // it makes every lazy commit durable first
   { MutexLock g(clean_mu_); }  // the cleaner is waiting, or will see stopping_
   clean_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
@@ -139,7 +143,8 @@ void TxnManager::leave(Txn &t) {
   if (--t.inflight == 0) t.idle.notify_all();
 }
 
-int TxnManager::commit(uid_t uid, uint64_t id) {
+int TxnManager::commit(uid_t uid, uint64_t id, unsigned flags) {
+  if (flags & ~unsigned(TXNFS_COMMIT_LAZY)) return EINVAL;
   TxnPtr t = find(id);
   if (!t) return ENOENT;
   if (uid != 0 && uid != t->uid) return EPERM;
@@ -148,7 +153,7 @@ int TxnManager::commit(uid_t uid, uint64_t id) {
     if (expected != TXNFS_ABORT_ONLY) return ENOENT;  // already finishing
     return t->error ? int(t->error) : EDEADLK;  // it stays open; only abort ends it
   }
-  return finish(t, true);
+  return finish(t, true, flags & TXNFS_COMMIT_LAZY);
 }
 
 int TxnManager::abort(uid_t uid, uint64_t id) {
@@ -198,14 +203,14 @@ int TxnManager::info(uid_t uid, uint64_t id, struct txnfs_info *out) {
   return 0;
 }
 
-// Ends `t`: makes a commit durable, or rolls back; then releases its locks, drops
-// what the kernel cached about its changes, and unbinds it.
-int TxnManager::finish(TxnPtr t, bool commit) {
+// Ends `t`: makes a commit durable (or, lazy, queues it to become durable), or rolls
+// back; then releases its locks, drops what the kernel cached about its changes, and
+// unbinds it.
+int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
   // Once no request of `t` is in flight nothing else changes what it recorded (enter()
   // refuses new ones): take what the commit or rollback needs, then let go of t->mu,
   // which must not be held across SQLite, syncs and the undo executor.
   UndoLog *log;
-  std::multimap<uint64_t, Txn::Unlinked> unlinked;
   std::vector<Txn::RowName> row_names;
   {
     lock_order::assert_none_held("a transaction's requests to finish");
@@ -213,12 +218,15 @@ int TxnManager::finish(TxnPtr t, bool commit) {
     MutexLock g(t->mu);
     while (t->inflight != 0) t->idle.wait(t->mu);
     log = t->log.get();
-    unlinked = t->unlinked;
     row_names = t->row_names;
   }
   int err = 0;
+  lazy = lazy && !t->wants_durable.load();
   if (commit) {
-    err = log ? durable_commit(*t) : 0;
+    // A durable commit that changed nothing still promises that everything it could see
+    // is durable: the lazy commits before it become durable first.
+    if (!log) err = lazy ? 0 : before_plain_change();
+    else err = lazy ? lazy_commit(t) : durable_commit(*t);
     if (err) {
       spdlog::error("transaction {}: commit failed ({}); rolling back", t->id(),
                     std::strerror(err));
@@ -228,32 +236,12 @@ int TxnManager::finish(TxnPtr t, bool commit) {
   }
   if (commit) {
     t->state = TXNFS_COMMITTED;
-    // Rows of objects whose last name the transaction removed go with it.
-    try {
-      for (auto &[nodeid, u] : unlinked) {
-        struct stat st;
-        if (::fstatat(log->dir_fd(), u.stash.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-        if (st.st_nlink <= 1 || S_ISDIR(st.st_mode))
-          env_.db->remove_handle(nodeid);
-        else
-          env_.db->clear_handle_name(u.parent, u.name);
-        // The removed name is gone for good: drop the log's link to the object now,
-        // so its link count is right as soon as the commit returns (the rest of the
-        // log goes in the background).
-        ::unlinkat(log->dir_fd(), u.stash.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
-      }
-    } catch (const std::exception &e) {
-      spdlog::error("transaction {}: updating handle rows: {}", t->id(), e.what());
-    }
-    TXNFS_CRASH_POINT("commit.after_rows");
-    if (log) {
-      MutexLock g(clean_mu_);
-      to_discard_.push_back(t->id());
-    } else {
-      env_.db->delete_txn(t->id());
-    }
-    clean_cv_.notify_one();
+    update_rows(*t);
+    // A lazy commit's log stays whole until the group-commit round that makes it
+    // durable runs this (one without a log has nothing to make durable).
+    if (!lazy || !log) after_durable(*t);
     commits_++;
+    if (lazy) lazy_commits_++;
   } else {
     t->state = TXNFS_ABORTED;
     try {
@@ -300,6 +288,58 @@ int TxnManager::finish(TxnPtr t, bool commit) {
   env_.cache->flush();
   unbind(*t);
   return err;
+}
+
+// At commit, before the locks go (also for a lazy commit: a later transaction may reuse
+// a name at once): the handle rows of objects whose names the transaction removed.
+void TxnManager::update_rows(Txn &t) {
+  std::multimap<uint64_t, Txn::Unlinked> unlinked;
+  UndoLog *log;
+  {
+    MutexLock g(t.mu);
+    unlinked = t.unlinked;
+    log = t.log.get();
+  }
+  try {
+    for (auto &[nodeid, u] : unlinked) {
+      struct stat st;
+      if (::fstatat(log->dir_fd(), u.stash.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (st.st_nlink <= 1 || S_ISDIR(st.st_mode))
+        env_.db->remove_handle(nodeid);
+      else
+        env_.db->clear_handle_name(u.parent, u.name);
+    }
+  } catch (const std::exception &e) {
+    spdlog::error("transaction {}: updating handle rows: {}", t.id(), e.what());
+  }
+}
+
+// Runs once the commit record of `t` is durable (a lazy one's: in the group-commit
+// round that wrote it; until then recovery may need every part of the log).
+void TxnManager::after_durable(Txn &t) {
+  std::multimap<uint64_t, Txn::Unlinked> unlinked;
+  UndoLog *log;
+  {
+    MutexLock g(t.mu);
+    unlinked = t.unlinked;
+    log = t.log.get();
+  }
+  // The removed names are gone for good: drop the log's links to their objects now, so
+  // link counts are right as soon as a durable commit returns (the rest of the log goes
+  // in the background).
+  for (auto &[nodeid, u] : unlinked) {
+    struct stat st;
+    if (::fstatat(log->dir_fd(), u.stash.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    ::unlinkat(log->dir_fd(), u.stash.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
+  }
+  TXNFS_CRASH_POINT("commit.after_rows");
+  if (log) {
+    MutexLock g(clean_mu_);
+    to_discard_.push_back(t.id());
+  } else {
+    env_.db->delete_txn(t.id());
+  }
+  clean_cv_.notify_one();
 }
 
 void TxnManager::unbind(Txn &t) {

@@ -9,6 +9,20 @@
 // syncfs the store (every effect and every undo record durable); write the commit
 // record; fdatasync the database. Concurrent commits share the syncs (group
 // commit). Then locks are released and the undo log is discarded in the background.
+//
+// Lazy commit (TXNFS_COMMIT_LAZY): the transaction gets the next commit sequence number,
+// written into its undo log as a marker, joins the lazy queue, and is final and visible
+// at once (locks released); a later group-commit round makes it durable — the flusher's
+// within limits.lazy_flush, or any earlier durable commit or sync(). Invariants:
+//   - the lazy queue is in commit-sequence order, and every round writes the commit
+//     records of the whole queue it took together with its durable committers, in one
+//     SQLite transaction: the durable commit records are always a prefix of the commit
+//     order (a durable commit makes every earlier lazy one durable);
+//   - the undo log (and every object stashed in it) of a lazy transaction stays whole
+//     until its commit record is durable: recovery can still roll it back;
+//   - no plain (non-transactional) change lands on the tree while a lazy commit is not
+//     durable: a plain mutating request calls sync() first (a rollback of the lazy
+//     transaction would otherwise undo it, or fail on it).
 // Abort: run the undo executor on the log (the same code as crash recovery).
 #pragma once
 #include <sys/stat.h>
@@ -84,6 +98,9 @@ struct Txn : LockOwner {
     std::string name;
   };
   std::vector<RowName> row_names GUARDED_BY(mu);  // handle-row names before renames, for abort
+  std::atomic<bool> wants_durable{false};  // fsync inside the transaction: commit durably
+  uint64_t commit_seq = 0;  // lazy commits: position in the commit order (under gc_mu_)
+  std::chrono::steady_clock::time_point lazy_since;  // lazy commits: when (under gc_mu_)
   int pidfd = -1;               // the owner, watched by the reaper (set before it is shared)
   StepMirror *mirror = nullptr;  // copies its undo steps into SQLite (set before it is shared)
   int commit_error = 0;         // set by the group-commit leader (under TxnManager::gc_mu_)
@@ -132,9 +149,30 @@ class TxnManager {
 
   // fsync/fdatasync from a transaction's thread returns at once: commit makes every
   // effect durable, and an effect of a transaction that aborts or dies is undone
-  // whether or not it reached the disk (docs/crash-model.md).
-  bool defers_fsync(pid_t caller_tid) { return any_open() && bound(caller_tid) != nullptr; }
-  int commit(uid_t uid, uint64_t id);
+  // whether or not it reached the disk (docs/crash-model.md). It asks for durability,
+  // though: the transaction commits durably even if its commit asks to be lazy.
+  bool defers_fsync(pid_t caller_tid) {
+    TxnPtr t = any_open() ? bound(caller_tid) : nullptr;
+    if (t) t->wants_durable = true;
+    return t != nullptr;
+  }
+  // flags: TXNFS_COMMIT_LAZY or 0 (durable).
+  int commit(uid_t uid, uint64_t id, unsigned flags = 0);
+  // Makes every lazy commit made so far durable (txnfs sync, plain fsync, a plain change
+  // while lazy commits are pending). 0 or the errno of the failed sync.
+  int sync() EXCLUDES(gc_mu_);
+  // Lazily committed transactions that are not durable yet.
+  bool lazy_pending() const { return lazy_pending_.load(std::memory_order_acquire) > 0; }
+  // Corrects the link count of an object that logs of lazy commits, not yet durable,
+  // still link (a durable commit drops those links before it returns).
+  void adjust_lazy(struct stat &st, uint64_t nodeid) EXCLUDES(lazy_mu_) {
+    if (!lazy_pending()) return;
+    MutexLock g(lazy_mu_);
+    auto it = lazy_stashed_.find(nodeid);
+    if (it != lazy_stashed_.end() && st.st_nlink >= it->second) st.st_nlink -= it->second;
+  }
+  // A plain request is about to change the tree: lazy commits must be durable first.
+  int before_plain_change() { return lazy_pending() ? sync() : 0; }
   int abort(uid_t uid, uint64_t id);
   int info(uid_t uid, uint64_t id, struct txnfs_info *out);
   int set_lock_timeout(uid_t uid, uint64_t id, uint32_t ms);
@@ -159,8 +197,17 @@ class TxnManager {
 
  private:
   TxnPtr find(uint64_t id) EXCLUDES(mu_);
-  int finish(TxnPtr t, bool commit);
+  int finish(TxnPtr t, bool commit, bool lazy = false);
   int durable_commit(Txn &t) EXCLUDES(gc_mu_);
+  // One group-commit round at a time: makes `t` (if any) and every lazy commit queued
+  // before the round durable.
+  int group_commit(Txn *t) EXCLUDES(gc_mu_);
+  int lazy_commit(TxnPtr t) EXCLUDES(gc_mu_);
+  // What a commit does once its record is durable: the log's links to objects whose
+  // names it removed go, and the log is queued for removal.
+  void after_durable(Txn &t);
+  void update_rows(Txn &t);
+  void flusher_loop();
   void unbind(Txn &t);
   void reaper_loop();
   void cleaner_loop();
@@ -183,6 +230,17 @@ class TxnManager {
   std::vector<Txn *> gc_queue_ GUARDED_BY(gc_mu_);
   uint64_t gc_requested_ GUARDED_BY(gc_mu_) = 0, gc_done_ GUARDED_BY(gc_mu_) = 0;
   bool gc_leader_ GUARDED_BY(gc_mu_) = false;
+  int gc_err_ GUARDED_BY(gc_mu_) = 0;  // the last round's error
+  std::deque<TxnPtr> lazy_queue_ GUARDED_BY(gc_mu_);  // lazy commits, commit order
+  uint64_t commit_seq_ GUARDED_BY(gc_mu_) = 0;       // last lazy commit's sequence number
+  std::atomic<uint64_t> lazy_pending_{0};  // lazy commits not durable (queued or in a round)
+  std::deque<TxnPtr> lazy_in_round_ GUARDED_BY(gc_mu_);  // taken by the running round
+  Mutex lazy_mu_{LockRank::kLazyStash};  // a leaf
+  std::unordered_map<uint64_t, uint32_t> lazy_stashed_ GUARDED_BY(lazy_mu_);  // nodeid -> links
+  // Adds (+1) or removes (-1) the links t's log holds on objects whose names it removed.
+  void count_lazy_stashes(Txn &t, int sign) EXCLUDES(lazy_mu_, t.mu);
+  CondVar flush_cv_;  // the flusher: a lazy commit arrived, or stopping
+  std::thread flusher_;
 
   // Background: owner-exit reaper and log cleaner.
   std::atomic<bool> stopping_{false};
@@ -193,7 +251,8 @@ class TxnManager {
   CondVar clean_cv_;
   std::deque<uint64_t> to_discard_ GUARDED_BY(clean_mu_);
 
-  std::atomic<uint64_t> commits_{0}, aborts_{0}, owner_exits_{0};
+  std::atomic<uint64_t> commits_{0}, aborts_{0}, owner_exits_{0}, lazy_commits_{0},
+      lazy_flushes_{0};
 };
 
 }  // namespace txnfs

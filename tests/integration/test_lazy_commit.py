@@ -1,0 +1,248 @@
+"""Lazy commits (TXNFS_COMMIT_LAZY, `txnfs commit --lazy`, `txnfs run --lazy`): final and
+visible at once, durable at the next group commit or when anything asks for durability;
+after a crash the lost lazy transactions are a suffix of the commit order, each rolled
+back whole, latest first (docs/crash-model.md, "Lazy commit")."""
+import json
+import os
+import queue
+import threading
+
+import txnfs_lib as tl
+
+NEVER = "60000"  # --lazy-flush-ms long enough that only the test makes commits durable
+
+
+class TxnThread:
+    """One OS thread that runs the calls given to it: a thread-bound transaction's
+    requests must all come from the thread that began it."""
+
+    def __init__(self):
+        self.jobs = queue.Queue()
+        self.t = threading.Thread(target=self._loop, daemon=True)
+        self.t.start()
+
+    def _loop(self):
+        while True:
+            fn, box = self.jobs.get()
+            if fn is None:
+                return
+            try:
+                box.put((True, fn()))
+            except BaseException as e:  # handed back to the caller
+                box.put((False, e))
+
+    def __call__(self, fn):
+        box = queue.Queue()
+        self.jobs.put((fn, box))
+        ok, v = box.get(timeout=60)
+        if not ok:
+            raise v
+        return v
+
+    def close(self):
+        self.jobs.put((None, None))
+        self.t.join(10)
+
+
+def lazy_status(m):
+    return tl.txn_status(m.path)["lazy"]
+
+
+def view(m):
+    return m.store.query("SELECT not_durable, oldest_ms FROM lazy_commits")[0]
+
+
+def lazily(m, th, fn):
+    """Runs fn inside a thread-bound transaction on `th` and commits it lazily."""
+    def body():
+        tid = tl.txn_begin(m.path)
+        fn()
+        assert tl.txn_commit_lazy(m.path, tid) == 0
+        return tid
+    return th(body)
+
+
+def test_lazy_commit_is_visible_at_once_and_durable_after_sync(mnt):
+    mnt.remount("--lazy-flush-ms", NEVER)
+    f = mnt.path / "f"
+    th = TxnThread()
+    try:
+        tid = lazily(mnt, th, lambda: tl.write_file(f, b"lazy"))
+    finally:
+        th.close()
+    assert f.read_bytes() == b"lazy"
+    st = lazy_status(mnt)
+    assert st["not_durable"] == 1 and st["flush_ms"] == 60000
+    assert view(mnt)["not_durable"] == 1
+    rows = mnt.store.query("SELECT id, state FROM txns WHERE id = ?", (tid,))
+    assert rows == [{"id": tid, "state": "active"}]  # not a commit record yet
+    assert tl.run([tl.txnfs_bin(), "status", str(mnt.path)]).stdout.count(
+        "lazy commits not yet durable: 1, oldest") == 1
+    assert tl.txnfs("sync", mnt.path).returncode == 0
+    assert lazy_status(mnt)["not_durable"] == 0
+    assert view(mnt)["not_durable"] == 0
+    assert tl.txn_status(mnt.path)["counters"]["lazy_commits"] == 1
+
+
+def test_flusher_makes_lazy_commits_durable_by_itself(mnt):
+    mnt.remount("--lazy-flush-ms", "20")
+    th = TxnThread()
+    try:
+        lazily(mnt, th, lambda: tl.write_file(mnt.path / "f", b"x"))
+    finally:
+        th.close()
+    assert tl.wait_until(lambda: lazy_status(mnt)["not_durable"] == 0, timeout=10)
+    assert tl.txn_status(mnt.path)["counters"]["lazy_flushes"] >= 1
+
+
+def test_kill_rolls_back_lazy_commits_latest_first(mnt):
+    """B commits before A although A began first (smaller id): undoing by id, in
+    either direction, would leave one of the two writes behind."""
+    f = mnt.path / "f"
+    tl.write_file(f, b"orig")
+    mnt.remount("--lazy-flush-ms", NEVER)
+    ta, tb = TxnThread(), TxnThread()
+    try:
+        a = ta(lambda: tl.txn_begin(mnt.path))
+        b = tb(lambda: tl.txn_begin(mnt.path))
+        assert a < b
+
+        def b_body():
+            tl.write_file(f, b"one!")
+            (mnt.path / "made-by-b").mkdir()
+            assert tl.txn_commit_lazy(mnt.path, b) == 0
+        tb(b_body)
+
+        def a_body():
+            tl.write_file(f, b"two!!")
+            (mnt.path / "made-by-b" / "inside-by-a").write_bytes(b"a")
+            assert tl.txn_commit_lazy(mnt.path, a) == 0
+        ta(a_body)
+    finally:
+        ta.close()
+        tb.close()
+    assert f.read_bytes() == b"two!!"
+    assert lazy_status(mnt)["not_durable"] == 2
+    mnt.kill9()
+    mnt.mount()
+    assert f.read_bytes() == b"orig"
+    assert not (mnt.path / "made-by-b").exists()
+
+
+def test_only_the_suffix_after_a_sync_is_lost(mnt):
+    f = mnt.path / "f"
+    tl.write_file(f, b"orig")
+    mnt.remount("--lazy-flush-ms", NEVER)
+    th = TxnThread()
+    try:
+        lazily(mnt, th, lambda: tl.write_file(f, b"first"))
+        assert tl.txn_sync(mnt.path) == 0
+        lazily(mnt, th, lambda: tl.write_file(f, b"second"))
+        lazily(mnt, th, lambda: (mnt.path / "g").write_bytes(b"third"))
+    finally:
+        th.close()
+    mnt.kill9()
+    mnt.mount()
+    assert f.read_bytes() == b"first"
+    assert not (mnt.path / "g").exists()
+
+
+def test_durable_commit_makes_earlier_lazy_commits_durable(mnt):
+    mnt.remount("--lazy-flush-ms", NEVER)
+    th = TxnThread()
+    try:
+        lazily(mnt, th, lambda: tl.write_file(mnt.path / "lazy", b"l"))
+
+        def durable():
+            tid = tl.txn_begin(mnt.path)
+            tl.write_file(mnt.path / "durable", b"d")
+            assert tl.txn_commit(mnt.path, tid) == 0
+        th(durable)
+    finally:
+        th.close()
+    assert lazy_status(mnt)["not_durable"] == 0
+    mnt.kill9()
+    mnt.mount()
+    assert (mnt.path / "lazy").read_bytes() == b"l"
+    assert (mnt.path / "durable").read_bytes() == b"d"
+
+
+def test_plain_change_after_a_lazy_commit_makes_it_durable_first(mnt):
+    """A rollback of the lazy transaction would undo the plain write on top of it."""
+    f = mnt.path / "f"
+    tl.write_file(f, b"orig")
+    mnt.remount("--lazy-flush-ms", NEVER)
+    th = TxnThread()
+    try:
+        lazily(mnt, th, lambda: tl.write_file(f, b"lazy-data"))
+    finally:
+        th.close()
+    assert lazy_status(mnt)["not_durable"] == 1
+    with open(f, "r+b") as fh:  # plain, no fsync: the write itself asks for durability
+        fh.seek(0)
+        fh.write(b"PLAIN")
+        fh.flush()
+        assert lazy_status(mnt)["not_durable"] == 0
+    mnt.kill9()
+    mnt.mount()
+    assert f.read_bytes() == b"PLAINdata"
+
+
+def test_fsync_inside_a_lazy_transaction_makes_its_commit_durable(mnt):
+    mnt.remount("--lazy-flush-ms", NEVER)
+    th = TxnThread()
+
+    def body():
+        with open(mnt.path / "f", "wb") as fh:
+            fh.write(b"synced")
+            fh.flush()
+            os.fsync(fh.fileno())
+    try:
+        lazily(mnt, th, body)
+    finally:
+        th.close()
+    assert lazy_status(mnt)["not_durable"] == 0
+    mnt.kill9()
+    mnt.mount()
+    assert (mnt.path / "f").read_bytes() == b"synced"
+
+
+def test_cli_run_and_commit_lazy(mnt):
+    mnt.remount("--lazy-flush-ms", NEVER)
+    p = tl.txnfs("run", "--lazy", mnt.path, "--", "sh", "-c", f"echo hi > {mnt.path}/r")
+    assert p.returncode == 0, tl.output_of(p)
+    assert "committed" in p.stderr and "lazily" in p.stderr
+    assert lazy_status(mnt)["not_durable"] == 1
+    # begin/commit --lazy from one shell: the transaction is bound to the shell
+    sh = (f"id=$({tl.txnfs_bin()} begin {mnt.path}) && echo c > {mnt.path}/c && "
+          f"{tl.txnfs_bin()} commit --lazy {mnt.path} $id")
+    p = tl.run(["sh", "-c", sh])
+    assert p.returncode == 0, tl.output_of(p)
+    assert lazy_status(mnt)["not_durable"] == 2
+    st = json.loads(tl.txnfs("status", "--json", mnt.path).stdout)
+    assert st["lazy"]["not_durable"] == 2 and st["lazy"]["oldest_ms"] >= 0
+    # unmounting makes them durable
+    mnt.umount()
+    mnt.mount()
+    assert (mnt.path / "r").read_text() == "hi\n"
+    assert (mnt.path / "c").read_text() == "c\n"
+    assert tl.txnfs("commit", "--lazy", mnt.path, "999").returncode == 1
+
+
+def test_durable_commit_that_changed_nothing_makes_earlier_lazy_commits_durable(mnt):
+    """Found by the crash oracle: an empty durable commit returned without syncing."""
+    mnt.remount("--lazy-flush-ms", NEVER)
+    th = TxnThread()
+    try:
+        lazily(mnt, th, lambda: tl.write_file(mnt.path / "lazy", b"l"))
+
+        def empty_durable():
+            tid = tl.txn_begin(mnt.path)
+            assert tl.txn_commit(mnt.path, tid) == 0
+        th(empty_durable)
+    finally:
+        th.close()
+    assert lazy_status(mnt)["not_durable"] == 0
+    mnt.kill9()
+    mnt.mount()
+    assert (mnt.path / "lazy").read_bytes() == b"l"
