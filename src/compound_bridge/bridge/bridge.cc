@@ -140,7 +140,8 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
     current.reset();
   }
   if (!config.transactional(tag_view)) return verdict(TXNFS_BRIDGE_RUN);
-  OpenTxn t{0, minorversion, shown(tag_view), config.lazy(tag_view)};
+  OpenTxn t{.id = 0, .minorversion = minorversion, .tag = shown(tag_view),
+            .lazy = config.lazy(tag_view)};
   int rc = txnfs_begin(config.mount.c_str(), TXNFS_BIND_THREAD, 0, &t.id);
   if (rc != 0) {
     uint32_t status = refusal_status(-rc);
