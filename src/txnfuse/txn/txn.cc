@@ -293,13 +293,8 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
 // At commit, before the locks go (also for a lazy commit: a later transaction may reuse
 // a name at once): the handle rows of objects whose names the transaction removed.
 void TxnManager::update_rows(Txn &t) {
-  std::multimap<uint64_t, Txn::Unlinked> unlinked;
   UndoLog *log;
-  {
-    MutexLock g(t.mu);
-    unlinked = t.unlinked;
-    log = t.log.get();
-  }
+  std::multimap<uint64_t, Txn::Unlinked> unlinked = t.unlinked_names(&log);
   try {
     for (auto &[nodeid, u] : unlinked) {
       struct stat st;
@@ -317,13 +312,8 @@ void TxnManager::update_rows(Txn &t) {
 // Runs once the commit record of `t` is durable (a lazy one's: in the group-commit
 // round that wrote it; until then recovery may need every part of the log).
 void TxnManager::after_durable(Txn &t) {
-  std::multimap<uint64_t, Txn::Unlinked> unlinked;
   UndoLog *log;
-  {
-    MutexLock g(t.mu);
-    unlinked = t.unlinked;
-    log = t.log.get();
-  }
+  std::multimap<uint64_t, Txn::Unlinked> unlinked = t.unlinked_names(&log);
   // The removed names are gone for good: drop the log's links to their objects now, so
   // link counts are right as soon as a durable commit returns (the rest of the log goes
   // in the background).

@@ -92,6 +92,12 @@ struct Txn : LockOwner {
   };
   std::multimap<uint64_t, Unlinked> unlinked GUARDED_BY(mu);  // by nodeid: every name the transaction
                                                // removed (an object may lose several)
+  // A copy of `unlinked`, and the log (null before the first change) in *log.
+  std::multimap<uint64_t, Unlinked> unlinked_names(UndoLog **log) EXCLUDES(mu) {
+    MutexLock g(mu);
+    *log = this->log.get();
+    return unlinked;
+  }
   struct RowName {
     uint64_t nodeid;
     std::optional<uint64_t> parent;
