@@ -124,6 +124,22 @@ int txnfs_lock_set(const char *mount_path, txnfs_id_t id, const void *records, s
  *  "lazy":{"not_durable":0,"oldest_ms":0,"flush_ms":5}} */
 int txnfs_status_json(const char *mount_path, char *buf, size_t len);
 
+/* The same calls on an fd the caller keeps open on the mount (any file or directory of
+ * it, e.g. open(MOUNT, O_RDONLY | O_DIRECTORY)), for callers that make many: each call is
+ * then one request to the daemon instead of an open, the request and a close. The fd
+ * identifies only the mount: a transaction is still bound to the calling thread or
+ * process. -EBADF for a negative fd. */
+int txnfs_begin_fd(int fd, unsigned flags, pid_t pid, txnfs_id_t *id);
+int txnfs_commit_fd(int fd, txnfs_id_t id);
+int txnfs_commit2_fd(int fd, txnfs_id_t id, unsigned flags);
+int txnfs_sync_fd(int fd);
+int txnfs_abort_fd(int fd, txnfs_id_t id);
+int txnfs_info_fd(int fd, txnfs_id_t id, struct txnfs_info *info);
+int txnfs_set_lock_timeout_fd(int fd, txnfs_id_t id, uint32_t ms);
+int txnfs_lock_set_fd(int fd, txnfs_id_t id, const void *records, size_t len,
+                      uint32_t timeout_ms);
+int txnfs_status_json_fd(int fd, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

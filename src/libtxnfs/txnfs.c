@@ -1,7 +1,8 @@
 /* libtxnfs — the client side of txnfs transactions (include/txnfs/txnfs.h).
  *
- * Every call opens the given path on the mount, issues one ioctl of the control channel
- * (include/txnfs/ioctl_abi.h) on that fd, closes it, and returns 0 or a negative errno.
+ * Every call issues one ioctl of the control channel (include/txnfs/ioctl_abi.h) on an fd
+ * of the mount and returns 0 or a negative errno. The txnfs_*_fd calls take the caller's
+ * fd; the others open the given path, call their _fd twin and close it again.
  * The kernel forwards the ioctl to the daemon with the calling thread's id, uid and pid,
  * which is what binds a transaction to the thread (or process) that begins it. */
 #include "txnfs.h"
@@ -22,23 +23,30 @@ static int map_ioctl_errno(int err) {
   return -err;
 }
 
-/* Opens PATH, issues REQ with ARG, closes; 0 or -errno. O_NONBLOCK|O_NOCTTY so that a
+/* Opens PATH for the control channel: an fd, or -errno. O_NONBLOCK|O_NOCTTY so that a
  * FIFO or device inside the mount cannot hang or capture the caller. */
-static int control(const char *path, unsigned long req, void *arg) {
+static int open_mount(const char *path) {
   if (path == NULL || *path == '\0') return -EINVAL;
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return -errno;
-  int rc = 0;
-  while (ioctl(fd, req, arg) < 0) {
-    if (errno == EINTR) continue;
-    rc = map_ioctl_errno(errno);
-    break;
-  }
-  close(fd); /* a close error on a read-only fd changes nothing */
+  return fd < 0 ? -errno : fd;
+}
+
+/* Closes FD (a close error on a read-only fd changes nothing) and passes RC on. */
+static int closing(int fd, int rc) {
+  close(fd);
   return rc;
 }
 
-int txnfs_begin(const char *mount_path, unsigned flags, pid_t pid, txnfs_id_t *id) {
+/* Issues REQ with ARG on FD; 0 or -errno. */
+static int control(int fd, unsigned long req, void *arg) {
+  if (fd < 0) return -EBADF;
+  while (ioctl(fd, req, arg) < 0) {
+    if (errno != EINTR) return map_ioctl_errno(errno);
+  }
+  return 0;
+}
+
+int txnfs_begin_fd(int fd, unsigned flags, pid_t pid, txnfs_id_t *id) {
   if (id == NULL) return -EINVAL;
   if (flags != TXNFS_BIND_THREAD && flags != TXNFS_BIND_PROCESS) return -EINVAL;
   if (pid < 0 || (flags == TXNFS_BIND_THREAD && pid != 0)) return -EINVAL;
@@ -46,49 +54,49 @@ int txnfs_begin(const char *mount_path, unsigned flags, pid_t pid, txnfs_id_t *i
   memset(&arg, 0, sizeof arg);
   arg.flags = flags;
   arg.pid = (int32_t)pid;
-  int rc = control(mount_path, TXNFS_IOC_BEGIN, &arg);
+  int rc = control(fd, TXNFS_IOC_BEGIN, &arg);
   if (rc == 0) *id = arg.id;
   return rc;
 }
 
-int txnfs_commit(const char *mount_path, txnfs_id_t id) {
+int txnfs_commit_fd(int fd, txnfs_id_t id) {
   struct txnfs_ioc_id arg = {.id = id};
-  return control(mount_path, TXNFS_IOC_COMMIT, &arg);
+  return control(fd, TXNFS_IOC_COMMIT, &arg);
 }
 
-int txnfs_commit2(const char *mount_path, txnfs_id_t id, unsigned flags) {
+int txnfs_commit2_fd(int fd, txnfs_id_t id, unsigned flags) {
   if (flags & ~(unsigned)TXNFS_COMMIT_LAZY) return -EINVAL;
-  if (flags == TXNFS_COMMIT_DURABLE) return txnfs_commit(mount_path, id);
+  if (flags == TXNFS_COMMIT_DURABLE) return txnfs_commit_fd(fd, id);
   struct txnfs_ioc_commit arg;
   memset(&arg, 0, sizeof arg);
   arg.id = id;
   arg.flags = flags;
-  return control(mount_path, TXNFS_IOC_COMMIT2, &arg);
+  return control(fd, TXNFS_IOC_COMMIT2, &arg);
 }
 
-int txnfs_sync(const char *mount_path) { return control(mount_path, TXNFS_IOC_SYNC, NULL); }
+int txnfs_sync_fd(int fd) { return control(fd, TXNFS_IOC_SYNC, NULL); }
 
-int txnfs_abort(const char *mount_path, txnfs_id_t id) {
+int txnfs_abort_fd(int fd, txnfs_id_t id) {
   struct txnfs_ioc_id arg = {.id = id};
-  return control(mount_path, TXNFS_IOC_ABORT, &arg);
+  return control(fd, TXNFS_IOC_ABORT, &arg);
 }
 
-int txnfs_info(const char *mount_path, txnfs_id_t id, struct txnfs_info *info) {
+int txnfs_info_fd(int fd, txnfs_id_t id, struct txnfs_info *info) {
   if (info == NULL) return -EINVAL;
   struct txnfs_info arg;
   memset(&arg, 0, sizeof arg);
   arg.id = id;
-  int rc = control(mount_path, TXNFS_IOC_INFO, &arg);
+  int rc = control(fd, TXNFS_IOC_INFO, &arg);
   if (rc == 0) *info = arg;
   return rc;
 }
 
-int txnfs_set_lock_timeout(const char *mount_path, txnfs_id_t id, uint32_t ms) {
+int txnfs_set_lock_timeout_fd(int fd, txnfs_id_t id, uint32_t ms) {
   struct txnfs_ioc_lock_timeout arg;
   memset(&arg, 0, sizeof arg);
   arg.id = id;
   arg.ms = ms;
-  return control(mount_path, TXNFS_IOC_LOCK_TIMEOUT, &arg);
+  return control(fd, TXNFS_IOC_LOCK_TIMEOUT, &arg);
 }
 
 /* Bytes of the record at P (of LEFT bytes), or 0 if it is cut short. */
@@ -100,7 +108,7 @@ static size_t lock_rec_size(const uint8_t *p, size_t left) {
   return n <= left ? n : 0;
 }
 
-int txnfs_lock_set(const char *mount_path, txnfs_id_t id, const void *records, size_t len,
+int txnfs_lock_set_fd(int fd, txnfs_id_t id, const void *records, size_t len,
                    uint32_t timeout_ms) {
   if (records == NULL && len != 0) return -EINVAL;
   struct txnfs_ioc_lock_set *arg = calloc(1, sizeof *arg); /* 16 KiB: not on the stack */
@@ -125,19 +133,19 @@ int txnfs_lock_set(const char *mount_path, txnfs_id_t id, const void *records, s
       done += n;
     }
     if (done == len) arg->flags |= TXNFS_LOCK_SET_LAST;
-    rc = control(mount_path, TXNFS_IOC_LOCK_SET, arg);
+    rc = control(fd, TXNFS_IOC_LOCK_SET, arg);
     arg->flags = 0;
   } while (rc == 0 && done < len);
   free(arg);
   return rc;
 }
 
-int txnfs_status_json(const char *mount_path, char *buf, size_t len) {
+int txnfs_status_json_fd(int fd, char *buf, size_t len) {
   if (buf == NULL || len == 0) return -EINVAL;
   /* 8 KiB: on the heap rather than on the caller's (possibly small) thread stack */
   struct txnfs_ioc_status *arg = calloc(1, sizeof *arg);
   if (arg == NULL) return -ENOMEM;
-  int rc = control(mount_path, TXNFS_IOC_STATUS, arg);
+  int rc = control(fd, TXNFS_IOC_STATUS, arg);
   if (rc == 0) {
     size_t n = arg->len;
     if (n > sizeof arg->json) n = sizeof arg->json; /* never trust a length from outside */
@@ -152,4 +160,51 @@ int txnfs_status_json(const char *mount_path, char *buf, size_t len) {
   }
   free(arg);
   return rc;
+}
+
+/* The path forms: open, call the _fd twin, close. */
+int txnfs_begin(const char *mount_path, unsigned flags, pid_t pid, txnfs_id_t *id) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_begin_fd(fd, flags, pid, id));
+}
+
+int txnfs_commit(const char *mount_path, txnfs_id_t id) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_commit_fd(fd, id));
+}
+
+int txnfs_commit2(const char *mount_path, txnfs_id_t id, unsigned flags) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_commit2_fd(fd, id, flags));
+}
+
+int txnfs_sync(const char *mount_path) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_sync_fd(fd));
+}
+
+int txnfs_abort(const char *mount_path, txnfs_id_t id) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_abort_fd(fd, id));
+}
+
+int txnfs_info(const char *mount_path, txnfs_id_t id, struct txnfs_info *info) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_info_fd(fd, id, info));
+}
+
+int txnfs_set_lock_timeout(const char *mount_path, txnfs_id_t id, uint32_t ms) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_set_lock_timeout_fd(fd, id, ms));
+}
+
+int txnfs_lock_set(const char *mount_path, txnfs_id_t id, const void *records, size_t len,
+                   uint32_t timeout_ms) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_lock_set_fd(fd, id, records, len, timeout_ms));
+}
+
+int txnfs_status_json(const char *mount_path, char *buf, size_t len) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_status_json_fd(fd, buf, len));
 }

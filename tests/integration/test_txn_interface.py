@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import os
@@ -324,3 +325,56 @@ def test_fsync_in_a_transaction_succeeds_and_abort_still_undoes(mnt):
         os.close(d)
         assert tl.txn_abort(mnt.path, tid) == 0
     assert p.read_bytes() == b"before"
+
+
+def test_fd_calls_work_on_a_kept_fd_of_the_mount(mnt, xfs):
+    """The txnfs_*_fd calls: begin, info, lock timeout, commit (durable and lazy), abort,
+    sync and status on one fd the caller keeps open -- any file or directory of the mount
+    -- with the same results as the path calls; -EBADF for a negative fd, -ENOTTY for an
+    fd outside a txnfs mount."""
+    lib = tl.libtxnfs()
+    u64, i = ctypes.c_uint64, ctypes.c_int
+    lib.txnfs_begin_fd.argtypes = [i, ctypes.c_uint, i, ctypes.POINTER(u64)]
+    lib.txnfs_commit2_fd.argtypes = [i, u64, ctypes.c_uint]
+    lib.txnfs_abort_fd.argtypes = [i, u64]
+    lib.txnfs_info_fd.argtypes = [i, u64, ctypes.POINTER(tl.TxnInfo)]
+    lib.txnfs_set_lock_timeout_fd.argtypes = [i, u64, ctypes.c_uint32]
+    lib.txnfs_sync_fd.argtypes = [i]
+    lib.txnfs_status_json_fd.argtypes = [i, ctypes.c_char_p, ctypes.c_size_t]
+    tl.write_file(mnt.path / "kept", b"x")
+    root = os.open(mnt.path, os.O_RDONLY | os.O_DIRECTORY)
+    file_fd = os.open(mnt.path / "kept", os.O_RDONLY)
+    outside = os.open(xfs.dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        def run(fd, name, data):
+            tid = u64(0)
+            assert lib.txnfs_begin_fd(fd, tl.TXNFS_BIND_THREAD, 0, ctypes.byref(tid)) == 0
+            assert lib.txnfs_set_lock_timeout_fd(fd, tid.value, 500) == 0
+            tl.write_file(mnt.path / name, data)
+            info = tl.TxnInfo()
+            assert lib.txnfs_info_fd(fd, tid.value, ctypes.byref(info)) == 0
+            assert info.id == tid.value and info.ops > 0
+            return tid.value
+
+        tid = run(root, "committed", b"c")
+        assert lib.txnfs_commit2_fd(root, tid, 0) == 0
+        tid = run(file_fd, "lazy", b"l")
+        assert lib.txnfs_commit2_fd(file_fd, tid, tl.TXNFS_COMMIT_LAZY) == 0
+        assert lib.txnfs_sync_fd(root) == 0
+        tid = run(root, "aborted", b"a")
+        assert lib.txnfs_abort_fd(root, tid) == 0
+
+        buf = ctypes.create_string_buffer(8192)
+        assert lib.txnfs_status_json_fd(root, buf, len(buf)) == 0
+        st = json.loads(buf.value)
+        assert st["counters"]["commits"] >= 2 and st["lazy"]["not_durable"] == 0
+        tid = u64(0)
+        assert lib.txnfs_begin_fd(-1, tl.TXNFS_BIND_THREAD, 0, ctypes.byref(tid)) == -errno.EBADF
+        assert lib.txnfs_begin_fd(outside, tl.TXNFS_BIND_THREAD, 0,
+                                  ctypes.byref(tid)) == -errno.ENOTTY
+    finally:
+        for fd in (root, file_fd, outside):
+            os.close(fd)
+    assert (mnt.path / "committed").read_bytes() == b"c"
+    assert (mnt.path / "lazy").read_bytes() == b"l"
+    assert not (mnt.path / "aborted").exists()

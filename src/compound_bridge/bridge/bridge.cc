@@ -3,7 +3,7 @@
 //
 // A COMPOUND is transactional when its tag starts with `tag_prefix` (or `all_compounds`
 // is set). Then:
-//   begin  txnfs_begin(mount, TXNFS_BIND_THREAD): every file-system call the worker
+//   begin  txnfs_begin(TXNFS_BIND_THREAD): every file-system call the worker
 //          thread makes for the COMPOUND's operations joins the transaction. If it
 //          cannot begin, the COMPOUND is refused without running any operation -- it
 //          must never run outside the transaction its client asked for. Then the
@@ -40,6 +40,7 @@
 #include <string_view>
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "lock_plan.h"
@@ -54,6 +55,11 @@ namespace {
 Config config;
 Log logger;
 uint64_t root_nodeid = 0;  // the export root's FUSE nodeid (PUTROOTFH), 0: unknown
+// The mount's root, open for the bridge's lifetime: every control call (begin, lock
+// timeout, lock set, commit, abort) is one ioctl on it, instead of an open, the ioctl
+// and a close -- three FUSE requests each, per COMPOUND four times over. Ganesha holds
+// the export open anyway, so the fd keeps nothing mounted that would not be.
+int control_fd = -1;
 
 struct OpenTxn {
   txnfs_id_t id;
@@ -100,7 +106,7 @@ uint32_t refusal_status(int err) {
 // Aborts T; a failure is only logged: the reply already reports a failure, and a
 // transaction the daemon could not roll back is rolled back by its recovery.
 void abort_txn(const OpenTxn &t) {
-  int rc = txnfs_abort(config.mount.c_str(), t.id);
+  int rc = txnfs_abort_fd(control_fd, t.id);
   if (rc != 0 && rc != -ENOENT)
     logger.line("error: abort of {} failed: {}", describe(t), std::strerror(-rc));
 }
@@ -111,7 +117,7 @@ uint32_t predeclare(OpenTxn &t, const txnfs_bridge_op *ops, uint32_t n) {
   if (config.lock_set_timeout_ms == 0 || ops == nullptr) return 0;
   LockPlan plan = plan_locks(ops, n, root_nodeid);
   int rc = plan.locks == 0 ? 0
-                           : txnfs_lock_set(config.mount.c_str(), t.id, plan.records.data(),
+                           : txnfs_lock_set_fd(control_fd, t.id, plan.records.data(),
                                             plan.records.size(), config.lock_set_timeout_ms);
   if (rc == -ETIMEDOUT) {
     logger.line("{}: its {} predeclared locks were not granted within {} ms; answering "
@@ -142,7 +148,7 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
   if (!config.transactional(tag_view)) return verdict(TXNFS_BRIDGE_RUN);
   OpenTxn t{.id = 0, .minorversion = minorversion, .tag = shown(tag_view),
             .lazy = config.lazy(tag_view)};
-  int rc = txnfs_begin(config.mount.c_str(), TXNFS_BIND_THREAD, 0, &t.id);
+  int rc = txnfs_begin_fd(control_fd, TXNFS_BIND_THREAD, 0, &t.id);
   if (rc != 0) {
     uint32_t status = refusal_status(-rc);
     logger.line("error: cannot begin a transaction on {} for COMPOUND v4.{} tag '{}': {}; "
@@ -151,7 +157,7 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
                 status == TXNFS_BRIDGE_NFS4ERR_DELAY ? "NFS4ERR_DELAY" : "NFS4ERR_SERVERFAULT");
     return verdict(TXNFS_BRIDGE_REFUSE, status);
   }
-  rc = txnfs_set_lock_timeout(config.mount.c_str(), t.id, config.lock_timeout_ms);
+  rc = txnfs_set_lock_timeout_fd(control_fd, t.id, config.lock_timeout_ms);
   if (rc != 0) {
     logger.line("error: cannot set the lock timeout of transaction {}: {}; answering "
                 "NFS4ERR_SERVERFAULT without running it", t.id, std::strerror(-rc));
@@ -182,7 +188,7 @@ txnfs_bridge_verdict end(uint32_t status, int replay) {
   if (status == TXNFS_BRIDGE_NFS4_OK) {
     // A lazy COMPOUND's reply comes before it is durable; a WRITE with FILE_SYNC4 or a
     // COMMIT inside it (an fsync) makes the commit durable after all.
-    int rc = txnfs_commit2(config.mount.c_str(), t.id,
+    int rc = txnfs_commit2_fd(control_fd, t.id,
                            t.lazy ? TXNFS_COMMIT_LAZY : TXNFS_COMMIT_DURABLE);
     if (rc == 0) {
       if (config.verbose) logger.line("{}: committed{}", describe(t), t.lazy ? " lazily" : "");
@@ -196,7 +202,7 @@ txnfs_bridge_verdict end(uint32_t status, int replay) {
   }
   // Read before aborting: afterwards the daemon no longer knows the transaction.
   struct txnfs_info info {};
-  int info_rc = txnfs_info(config.mount.c_str(), t.id, &info);
+  int info_rc = txnfs_info_fd(control_fd, t.id, &info);
   abort_txn(t);
   if (info_rc == 0 && (info.error == EDEADLK || info.error == ETIMEDOUT)) {
     if (t.complete_set)  // should not happen: every lock it needed was granted at begin
@@ -238,11 +244,16 @@ std::string start() {
   config = std::move(*c);
   if (!logger.open(config.log, &error)) return error;
   root_nodeid = export_root_nodeid(config.mount);
+  control_fd = open(config.mount.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (control_fd < 0) return config.mount + ": " + std::strerror(errno);
   char status[TXNFS_STATUS_JSON_MAX];
-  int rc = txnfs_status_json(config.mount.c_str(), status, sizeof status);
-  if (rc < 0)
+  int rc = txnfs_status_json_fd(control_fd, status, sizeof status);
+  if (rc < 0) {
+    close(control_fd);
+    control_fd = -1;
     return config.mount + (rc == -ENOTTY ? std::string(" is not a txnfs mount")
                                          : std::string(": ") + std::strerror(-rc));
+  }
   logger.line("ready: mount {}; {}{}", config.mount,
               config.all_compounds
                   ? std::string("every COMPOUND is a transaction")
