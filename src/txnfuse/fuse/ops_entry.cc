@@ -72,9 +72,11 @@ void record_handle(Fs &fs, const Inode &i, uint64_t parent, const char *name, bo
 // Shared tail of lookups: `fd` is an O_PATH fd to the object found as `name` in
 // `parent`; the fd cache keeps it for the next request on the object. A known nodeid
 // of another generation is an earlier object whose inode number the found one reuses:
-// it gets a new Inode (see txn/inode.h).
+// it gets a new Inode (see txn/inode.h). With `unrecorded`, a handle row the object
+// needs is not written but reported there: the caller records it once it knows the
+// object is committed (lookup_committed).
 int lookup_fd(Fs &fs, UniqueFd fd, uint64_t parent, const char *name, bool fresh,
-              fuse_entry_param *e) {
+              fuse_entry_param *e, bool *unrecorded = nullptr) {
   struct stat st;
   if (int err = stat_fd(fd.get(), &st)) return err;
   uint64_t nodeid = fs.nodeid_of(st.st_ino);
@@ -82,6 +84,8 @@ int lookup_fd(Fs &fs, UniqueFd fd, uint64_t parent, const char *name, bool fresh
   InodePtr known = fs.inodes.get(nodeid);
   if (known && known->generation == i->generation) {
     i = std::move(known);
+  } else if (unrecorded) {
+    *unrecorded = true;
   } else {
     record_handle(fs, *i, parent, name, fresh);
   }
@@ -92,14 +96,14 @@ int lookup_fd(Fs &fs, UniqueFd fd, uint64_t parent, const char *name, bool fresh
 }
 
 int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
-                fuse_entry_param *e) {
+                fuse_entry_param *e, bool *unrecorded = nullptr) {
   if (parent->nodeid == FUSE_ROOT_ID && std::strcmp(name, "..") == 0)
     name = ".";  // the tree root is its own parent: never step into the store
   InodeFd dir = fs.pin(*parent);
   if (!dir) return dir.err();
   UniqueFd fd(::openat(dir.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return fd.err();
-  return lookup_fd(fs, std::move(fd), parent->nodeid, name, fresh, e);
+  return lookup_fd(fs, std::move(fd), parent->nodeid, name, fresh, e, unrecorded);
 }
 
 // LOOKUP(nodeid, "."): the kernel resolving a file handle (possibly from before a
@@ -130,15 +134,24 @@ int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e) {
 // changed the entry, so the answer must not be cached.
 int lookup_committed(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e,
                      bool *snapshot) {
-  int err = lookup_name(fs, parent, name, false, e);
+  bool unrecorded = false;
+  int err = lookup_name(fs, parent, name, false, e, &unrecorded);
   auto before = fs.view.before(parent->nodeid, name);
   *snapshot = before.has_value();
-  if (!before) return err;
+  if (!before) {
+    // Only now is the object known to be committed. Recorded before the check, the row
+    // of an object an open transaction created would outlive its rollback.
+    if (err == 0 && unrecorded)
+      if (InodePtr i = fs.inodes.get(e->ino)) record_handle(fs, *i, parent->nodeid, name, false);
+    return err;
+  }
   if (err == 0) fs.inodes.forget(e->ino, 1);
   if (!before->existed) return ENOENT;
   UniqueFd fd(open_by_fh(fs.tree_fd, before->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return ENOENT;
-  return lookup_fd(fs, std::move(fd), 0, nullptr, false, e);
+  // The committed object may be one the transaction removes: its row goes when that
+  // commits, and must not come back through this lookup. No row is written here.
+  return lookup_fd(fs, std::move(fd), 0, nullptr, false, e, &unrecorded);
 }
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
