@@ -101,10 +101,13 @@ class Ganesha:
     work_dir receives ganesha.conf, ganesha.pid, ganesha.log, ganesha.out (its stdout and
     stderr), recovery/, and with the bridge bridge.conf and bridge.log.
     bridge_options: extra `key = value` lines of the bridge configuration, e.g.
-    {"all_compounds": "yes"} (mount, log and verbose = yes are always set)."""
+    {"all_compounds": "yes"} (mount, log and verbose = yes are always set).
+    config_lines: {text: replacement} applied to the rendered ganesha.conf, e.g. to run
+    a test against a deliberately different cache setting."""
 
     def __init__(self, export_path, work_dir, *, debian=False, bridge=True,
-                 bridge_options: dict | None = None, extra_env: dict | None = None):
+                 bridge_options: dict | None = None, extra_env: dict | None = None,
+                 config_lines: dict | None = None):
         assert not (debian and bridge), "Debian's ganesha.nfsd has no bridge hook"
         self.export_path = Path(export_path)
         self.work = Path(work_dir)
@@ -112,6 +115,7 @@ class Ganesha:
         self.bridge = bridge
         self.bridge_options = dict(bridge_options or {})
         self.extra_env = dict(extra_env or {})
+        self.config_lines = dict(config_lines or {})
         self.conf = self.work / "ganesha.conf"
         self.pid_file = self.work / "ganesha.pid"
         self.log = self.work / "ganesha.log"
@@ -147,7 +151,11 @@ class Ganesha:
         self.port = self._lease.port
         for f in (self.pid_file, self.log, self.out, self.bridge_log):
             f.unlink(missing_ok=True)
-        self.conf.write_text(render_config(self.port, self.export_path, self.work))
+        text = render_config(self.port, self.export_path, self.work)
+        for old_line, new_line in self.config_lines.items():
+            assert old_line in text, f"contrib/ganesha.conf has no line {old_line!r}"
+            text = text.replace(old_line, new_line)
+        self.conf.write_text(text)
         with open(self.out, "wb") as out:
             self.proc = subprocess.Popen(
                 [self.binary, "-F", "-f", self.conf, "-p", self.pid_file, "-L", self.log,
