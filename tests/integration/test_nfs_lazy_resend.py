@@ -203,12 +203,39 @@ def test_sync_with_nothing_lost_removes_everything(server, mnt, tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("sync: 3 durable, 0 lost and sent again"), p.stdout
     assert kept(j) == [] and server.not_durable() == 0
+    # --journal-max: a sync by itself once more COMPOUNDs are kept
+    for i in range(3, 6):
+        p = txnfs_nfs(server.port, "--json", "--lazy", "--journal", j, "--journal-max", "2",
+                      "mkdir", f"/d{i}")
+        assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["sync"]["durable"] == 3
+    assert kept(j) == [] and server.not_durable() == 0
     server.crash()                        # nothing left to lose
-    assert sorted(k for k in tree(mnt.path) if "/" not in k) == ["d0", "d1", "d2"]
+    assert sorted(k for k in tree(mnt.path) if "/" not in k) == [f"d{i}" for i in range(6)]
     assert sync(server, j)["durable"] == 0 and kept(j) == []
     # the marker directory is in the export, one marker per journal
     assert os.listdir(mnt.path / MARKER_DIR) == [json.loads(
         (j / "journal").read_text().split("\n", 1)[1])["id"]]
+
+
+def test_a_compound_whose_reply_was_never_seen_is_settled_by_the_marker(server, mnt, tmp_path):
+    """The client stopped after sending (the entry still pending): the marker tells
+    whether it took effect -- kept if it did, dropped (never sent again) if not."""
+    j = tmp_path / "journal"
+    lazy(server, j, ["mkdir", "/a"])
+    lazy(server, j, ["mkdir", "/b"])
+    os.rename(j / "2", j / "2.pending")      # took effect, reply not recorded
+    s = sync(server, j)
+    assert (s["durable"], s["dropped"]) == (2, 0), s
+    lazy(server, j, ["mkdir", "/c"])
+    entry = (j / "3").read_bytes().replace(b'"seq":3', b'"seq":4')
+    (j / "4.pending").write_bytes(entry)     # saved, never sent
+    r = lazy(server, j, ["mkdir", "/d"])
+    assert (r["journal"]["dropped"], r["journal"]["resent"], r["journal"]["seq"]) == (1, 0, 5)
+    assert kept(j) == [3, 5] and not os.path.exists(j / "4.pending")
+    s = sync(server, j)
+    assert (s["durable"], s["resent"]) == (2, 0), s
+    assert tree(mnt.path) == {"a": "dir", "b": "dir", "c": "dir", "d": "dir"}
 
 
 def test_missing_or_garbled_marker_is_a_clear_error(server, mnt, tmp_path):
