@@ -30,6 +30,18 @@ struct Journal::Settled {
   size_t dropped = 0;
 };
 
+// The COMPOUND of an entry: its operations, then the marker write. E must outlive it
+// (the Compound refers to the write data); the marker's text is held here.
+struct Journal::Built {
+  Built(Client &client, const JournalEntry &e, const std::string &marker_path)
+      : text(marker_text(e.seq)), compound(client) {
+    for (const Operation &op : e.ops) compound.add(op);
+    compound.write(marker_path, text);
+  }
+  std::string text;
+  Compound compound;
+};
+
 Journal::Journal(const std::string &dir) : dir_(std::make_unique<JournalDir>(dir)) {}
 Journal::~Journal() = default;
 
@@ -45,11 +57,11 @@ JournalEntry Journal::entry(uint64_t seq) const { return dir_->load(seq, false);
 
 // First use: the marker directory (EXIST is fine), then the marker -- durably, holding
 // `durable` -- in a transaction of its own.
-void Journal::ensure_marker(Client &client) {
+void Journal::ensure_marker(Client &client, const Executor &execute) {
   if (dir_->state().marker) return;
   Compound mk(client);
   mk.mkdir(fmt::format("/{}", kMarkerDir), 0755);
-  CompoundResult r = mk.execute("");
+  CompoundResult r = execute(mk, "");
   if (!r.ok() && r.status != kNfs4ErrExist) {
     throw Error(fmt::format("journal: cannot create the marker directory /{}: {}", kMarkerDir,
                             failure(r)));
@@ -57,17 +69,17 @@ void Journal::ensure_marker(Client &client) {
   Compound w(client);
   std::string text = marker_text(dir_->state().durable);
   w.write(marker_path(), text);
-  r = w.execute("txn");
+  r = execute(w, "txn");
   if (!r.ok()) throw Error(fmt::format("journal: cannot create the marker {}: {}", marker_path(), failure(r)));
   JournalState s = dir_->state();
   s.marker = true;
   dir_->save_state(s);
 }
 
-uint64_t Journal::read_marker(Client &client, std::string_view tag) {
+uint64_t Journal::read_marker(Client &client, std::string_view tag, const Executor &execute) {
   Compound c(client);
   c.read(marker_path(), 64);
-  CompoundResult r = c.execute(tag);
+  CompoundResult r = execute(c, tag);
   if (r.status == kNfs4ErrNoent) {
     throw Error(fmt::format(
         "journal {}: the marker {} is missing on the server, so the journal cannot tell "
@@ -112,14 +124,6 @@ Journal::Settled Journal::settle(uint64_t marker) {
   return st;
 }
 
-CompoundResult Journal::run(Client &client, const JournalEntry &e, const Executor &execute) {
-  Compound c(client);
-  for (const Operation &op : e.ops) c.add(op);
-  const std::string text = marker_text(e.seq);
-  c.write(marker_path(), text);
-  return (execute ? execute : plain_execute)(c, e.tag);
-}
-
 // Sends the kept entries above MARKER again, in order. Returns their sequence numbers.
 std::vector<uint64_t> Journal::resend_after(Client &client, uint64_t marker,
                                             const Executor &execute) {
@@ -127,7 +131,8 @@ std::vector<uint64_t> Journal::resend_after(Client &client, uint64_t marker,
   for (uint64_t seq : kept()) {
     if (seq <= marker) continue;
     JournalEntry e = dir_->load(seq, false);
-    CompoundResult r = run(client, e, execute);
+    Built b(client, e, marker_path());
+    CompoundResult r = execute(b.compound, e.tag);
     if (!r.ok()) {
       throw Error(fmt::format("journal {}: COMPOUND {} was lost by the server and failed when "
                               "sent again: {}; the journal keeps it and the ones after it",
@@ -141,31 +146,30 @@ std::vector<uint64_t> Journal::resend_after(Client &client, uint64_t marker,
 }
 
 Fit Journal::fit(Client &client, const std::vector<Operation> &ops, std::string_view tag) const {
-  Compound c(client);
-  for (const Operation &op : ops) c.add(op);
-  const std::string text = marker_text(dir_->next());
-  c.write(marker_path(), text);
-  return c.fit(tag);
+  JournalEntry e{.seq = dir_->next(), .tag = std::string(tag), .verifier = {}, .ops = ops};
+  return Built(client, e, marker_path()).compound.fit(tag);
 }
 
 Journal::Sent Journal::send(Client &client, const std::vector<Operation> &ops,
-                            std::string_view tag, const Executor &execute) {
+                            std::string_view tag, const Executor &executor) {
+  const Executor &execute = executor ? executor : plain_execute;
   if (!tag.starts_with("txn")) {
     throw Error("journal: a journaled COMPOUND must be a transaction (tag txn...), not '" +
                 std::string(tag) + "'");
   }
   Sent sent;
-  ensure_marker(client);
+  ensure_marker(client, execute);
   if (!dir_->kept().empty() || dir_->pending()) {
-    uint64_t marker = read_marker(client, "");
+    uint64_t marker = read_marker(client, "", execute);
     sent.dropped = settle(marker).dropped;
     sent.resent = resend_after(client, marker, execute).size();
   }
   JournalEntry e{.seq = dir_->next(), .tag = std::string(tag), .verifier = {}, .ops = ops};
   sent.seq = e.seq;
+  Built b(client, e, marker_path());  // a malformed operation throws before anything is saved
   dir_->save(e, true);
   try {
-    sent.result = run(client, e, execute);
+    sent.result = execute(b.compound, e.tag);
   } catch (const CallRefused &) {  // refused as a whole: nothing ran
     dir_->remove(e.seq, true);
     throw;
@@ -182,7 +186,8 @@ Journal::Sent Journal::send(Client &client, const std::vector<Operation> &ops,
   return sent;
 }
 
-Journal::Synced Journal::sync(Client &client, const Executor &execute) {
+Journal::Synced Journal::sync(Client &client, const Executor &executor) {
+  const Executor &execute = executor ? executor : plain_execute;
   Synced out;
   if (!dir_->state().marker) return out;  // nothing was ever sent
   std::set<uint64_t> resent;
@@ -192,7 +197,7 @@ Journal::Synced Journal::sync(Client &client, const Executor &execute) {
                               dir(), kMaxSyncRounds));
     }
     // Its durable commit makes every earlier lazy commit durable: what it read is durable.
-    uint64_t marker = read_marker(client, "txn");
+    uint64_t marker = read_marker(client, "txn", execute);
     out.marker = marker;
     out.dropped += settle(marker).dropped;
     std::vector<uint64_t> durable;

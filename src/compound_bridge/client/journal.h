@@ -95,10 +95,10 @@ class Journal {
 
  private:
   struct Settled;
-  void ensure_marker(Client &client);
-  uint64_t read_marker(Client &client, std::string_view tag);
+  struct Built;
+  void ensure_marker(Client &client, const Executor &execute);
+  uint64_t read_marker(Client &client, std::string_view tag, const Executor &execute);
   Settled settle(uint64_t marker);
-  CompoundResult run(Client &client, const JournalEntry &e, const Executor &execute);
   std::vector<uint64_t> resend_after(Client &client, uint64_t marker, const Executor &execute);
 
   std::unique_ptr<JournalDir> dir_;
