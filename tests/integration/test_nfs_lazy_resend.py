@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -213,7 +216,9 @@ def test_sync_with_nothing_lost_removes_everything(server, mnt, tmp_path):
     server.crash()                        # nothing left to lose
     assert sorted(k for k in tree(mnt.path) if "/" not in k) == [f"d{i}" for i in range(6)]
     assert sync(server, j)["durable"] == 0 and kept(j) == []
-    # the marker directory is in the export, one marker per journal
+    # the marker directory is in the export, one marker per journal; like /tmp, every
+    # user may keep markers there, and only remove their own
+    assert stat.S_IMODE(os.stat(mnt.path / MARKER_DIR).st_mode) == 0o1777
     assert os.listdir(mnt.path / MARKER_DIR) == [json.loads(
         (j / "journal").read_text().split("\n", 1)[1])["id"]]
 
@@ -236,6 +241,29 @@ def test_a_compound_whose_reply_was_never_seen_is_settled_by_the_marker(server, 
     s = sync(server, j)
     assert (s["durable"], s["resent"]) == (2, 0), s
     assert tree(mnt.path) == {"a": "dir", "b": "dir", "c": "dir", "d": "dir"}
+
+
+def test_each_user_keeps_its_own_marker(server, mnt, tmp_path):
+    """The marker directory is shared like /tmp (mode 1777): a second user's journal
+    keeps its marker beside root's, owned by that user."""
+    (mnt.path / "pub").mkdir()
+    os.chmod(mnt.path / "pub", 0o777)
+    lazy(server, tmp_path / "journal", ["mkdir", "/pub/root"])
+    home = Path(tempfile.mkdtemp())          # its parent is searchable; tmp_path is not
+    try:
+        os.chown(home, 1000, 1000)
+        user = {"user": 1000, "group": 1000, "extra_groups": []}
+        for args in (["--lazy", "--journal", home / "j", "mkdir", "/pub/user"],
+                     ["--journal", home / "j", "sync"]):
+            p = subprocess.run([str(CLIENT), "--port", str(server.port), *map(str, args)],
+                               capture_output=True, text=True, timeout=TIMEOUT, **user)
+            assert p.returncode == 0, p.stderr
+        assert "sync: 1 durable, 0 lost" in p.stdout, p.stdout
+        markers = {m.stat().st_uid for m in (mnt.path / MARKER_DIR).iterdir()}
+        assert markers == {0, 1000}
+        assert (mnt.path / "pub" / "user").stat().st_uid == 1000
+    finally:
+        shutil.rmtree(home)
 
 
 def test_missing_or_garbled_marker_is_a_clear_error(server, mnt, tmp_path):

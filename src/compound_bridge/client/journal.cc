@@ -60,7 +60,7 @@ JournalEntry Journal::entry(uint64_t seq) const { return dir_->load(seq, false);
 void Journal::ensure_marker(Client &client, const Executor &execute) {
   if (dir_->state().marker) return;
   Compound mk(client);
-  mk.mkdir(fmt::format("/{}", kMarkerDir), 0755);
+  mk.mkdir(fmt::format("/{}", kMarkerDir), 01777);  // every user's markers, as in /tmp
   CompoundResult r = execute(mk, "");
   if (!r.ok() && r.status != kNfs4ErrExist) {
     throw Error(fmt::format("journal: cannot create the marker directory /{}: {}", kMarkerDir,
