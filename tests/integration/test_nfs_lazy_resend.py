@@ -198,6 +198,12 @@ def test_next_lazy_compound_sends_the_lost_ones_first(server, mnt, tmp_path):
 
 
 def test_sync_with_nothing_lost_removes_everything(server, mnt, tmp_path):
+    # --lazy alone: the lazy tag, no marker, nothing kept
+    p = txnfs_nfs(server.port, "--json", "--lazy", "mkdir", "/lazy")
+    assert p.returncode == 0 and json.loads(p.stdout)["tag"] == "txn-lazy", p.stderr
+    assert server.not_durable() == 1 and not (mnt.path / MARKER_DIR).exists()
+    os.rmdir(mnt.path / "lazy")           # a plain change: makes it durable first
+    assert server.not_durable() == 0
     j = tmp_path / "journal"
     for i in range(3):
         lazy(server, j, ["mkdir", f"/d{i}"], ["write", f"/d{i}/f", f"={i}"])
