@@ -22,9 +22,10 @@
 // A COMPOUND whose tag starts with `lazy_tag_prefix` (the client opted in) commits
 // lazily: the reply says OK once the transaction is final, before it is durable. A
 // crash of the server may then lose it whole (never part of it, and only together with
-// every later lazy one); the client learns of that from the changed write verifier and
-// sends it again (docs/isolation.md, NFS clients). Every other transaction is durable
-// before its reply.
+// every later lazy one). The changed write verifier tells the client that lazy
+// COMPOUNDs may be lost, not which; txnfs-nfs's journal marker tells exactly, and it
+// sends those again (docs/crash-model.md, Lazy commit, NFS clients). Every other
+// transaction is durable before its reply.
 //
 // State: the open transaction lives in a thread_local. Ganesha runs one COMPOUND at a
 // time on a worker thread and calls begin and end for it on that thread (the patch

@@ -343,6 +343,22 @@ void Compound::getfh(std::string_view path) {
   });
 }
 
+void Compound::add(const Operation &op) {
+  switch (op.kind) {
+    case OpKind::kWrite: write(op.path, op.data, {.mode = op.mode, .stable = op.stable}); break;
+    case OpKind::kRead: read(op.path, op.count); break;
+    case OpKind::kMkdir: mkdir(op.path, op.mode); break;
+    case OpKind::kRemove: remove(op.path); break;
+    case OpKind::kRename: rename(op.path, op.path2); break;
+    case OpKind::kLink: link(op.path, op.path2); break;
+    case OpKind::kSymlink: symlink(op.path, op.path2); break;
+    case OpKind::kSetattr: setattr(op.path, op.attrs); break;
+    case OpKind::kGetattr: getattr(op.path); break;
+    case OpKind::kReaddir: readdir(op.path, op.count); break;
+    case OpKind::kGetfh: getfh(op.path); break;
+  }
+}
+
 size_t Compound::size() const { return impl_->planned.size(); }
 
 size_t Compound::nfs_ops() const { return impl_->args.size(); }
@@ -374,7 +390,12 @@ namespace {
 void collect(const nfs_resop4 &res, OpResult &out) {
   const auto &u = res.nfs_resop4_u;
   switch (res.resop) {
-    case NFS4_OP_WRITE: out.bytes += u.opwrite.WRITE4res_u.resok4.count; break;
+    case NFS4_OP_WRITE: {
+      const WRITE4resok &ok = u.opwrite.WRITE4res_u.resok4;
+      out.bytes += ok.count;
+      out.verifier.assign(ok.writeverf, sizeof ok.writeverf);
+      break;
+    }
     case NFS4_OP_READ: {
       const READ4resok &ok = u.opread.READ4res_u.resok4;
       out.data.append(ok.data.data_val, ok.data.data_len);

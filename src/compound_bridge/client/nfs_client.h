@@ -102,11 +102,13 @@ class Client {
 struct Time {
   int64_t sec = 0;
   uint32_t nsec = 0;
+  bool operator==(const Time &) const = default;
 };
 
 struct SetTime {
   bool server_time = false;  // SET_TO_SERVER_TIME4 ("now"); otherwise `time`
   Time time;
+  bool operator==(const SetTime &) const = default;
 };
 
 struct SetAttrs {
@@ -117,6 +119,7 @@ struct SetAttrs {
   std::optional<SetTime> atime = {};
   std::optional<SetTime> mtime = {};
   bool empty() const { return !mode && !size && !uid && !gid && !atime && !mtime; }
+  bool operator==(const SetAttrs &) const = default;
 };
 
 struct FileAttrs {
@@ -164,6 +167,10 @@ struct OpResult {
   std::optional<FileAttrs> attrs;  // getattr; read (the size at open)
   std::vector<std::string> names;  // readdir
   std::vector<uint8_t> fh;         // getfh
+  // write: the write verifier (8 bytes) its last WRITE returned. A WRITE or COMMIT that
+  // later returns a different one means the server restarted: what was not durable then
+  // (UNSTABLE4 data, lazy COMPOUNDs) may be lost.
+  std::string verifier;
 };
 
 struct CompoundResult {
@@ -186,6 +193,21 @@ struct CompoundResult {
   bool delay_retry_safe() const {
     return status == kNfs4ErrDelay && (!changed_before_failure || tag.starts_with("txn"));
   }
+};
+
+// One operation as a value, owning its data: what a Journal keeps to build a COMPOUND
+// again. Compound::add(op) is the adder of op.kind with these arguments.
+struct Operation {
+  OpKind kind = OpKind::kGetattr;
+  std::string path;
+  std::string path2;     // rename/link: the new name; symlink: the path (path: the target)
+  std::string data;      // write
+  uint32_t mode = 0;     // write, mkdir
+  bool stable = false;   // write: FILE_SYNC4
+  uint32_t count = 0;    // read, readdir: most bytes
+  SetAttrs attrs;        // setattr
+
+  bool operator==(const Operation &) const = default;
 };
 
 // Whether a Compound fits the session's limits, and if not, how much of it would.
@@ -223,6 +245,8 @@ class Compound {
   // readdir: the names of one READDIR of up to MAX_BYTES (eof says whether that was all).
   void readdir(std::string_view path, uint32_t max_bytes);
   void getfh(std::string_view path);
+  // Any of the above, described by OP. OP.data must stay valid as write()'s DATA.
+  void add(const Operation &op);
 
   size_t size() const;     // operations added
   size_t nfs_ops() const;  // NFS operations, SEQUENCE included

@@ -1,22 +1,28 @@
 // txnfs-nfs: sends file operations to an NFSv4.1 server in ONE COMPOUND.
 //
-//   txnfs-nfs [--server H] [--port P] [--export PATH] [--txn | --tag TAG] [--batch FILE|-]
-//             [--json] [--stable] [--retry N] [--read-max N] OP ARGS [';' OP ARGS]...
+//   txnfs-nfs [--server H] [--port P] [--export PATH] [--txn | --tag TAG | --lazy
+//             [--journal DIR]] [--batch FILE|-] [--json] [--stable] [--retry N]
+//             [--read-max N] OP ARGS [';' OP ARGS]...
+//   txnfs-nfs [--server H] [--port P] [--export PATH] --journal DIR [--json] sync
 //
-// The operations are in cli_ops.h. Exit status: 0 every operation succeeded; 1 the
-// COMPOUND failed with an NFS error, or an operation did not do all of it (report.h:
-// incomplete); 2 usage, connection or protocol error; 3 the operations do not fit the
-// session (nothing was sent).
+// The operations are in cli_ops.h; the journal in journal.h. Exit status: 0 every
+// operation succeeded; 1 the COMPOUND failed with an NFS error, or an operation did not
+// do all of it (report.h: incomplete); 2 usage, connection, protocol or journal error;
+// 3 the operations do not fit the session (nothing was sent).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 
 #include "cli_ops.h"
 #include "content.h"
+#include "journal.h"
+#include "journal_report.h"
 #include "nfs_client.h"
 #include "report.h"
 
@@ -34,6 +40,9 @@ struct Options {
   std::string tag;
   std::string batch;
   bool json = false;
+  bool lazy = false;
+  std::string journal;
+  size_t journal_max = 1000;
   bool stable = false;
   int retry = 3;
   uint32_t read_max = 64 * 1024;
@@ -55,20 +64,17 @@ std::vector<std::string> load_data(const std::vector<OpSpec> &ops) {
   return data;
 }
 
-void add(Compound &c, const OpSpec &op, const std::string &data, const Options &o) {
-  switch (op.kind) {
-    case OpKind::kWrite: c.write(op.path, data, {.mode = op.mode, .stable = o.stable}); break;
-    case OpKind::kRead: c.read(op.path, op.count.value_or(o.read_max)); break;
-    case OpKind::kMkdir: c.mkdir(op.path, op.mode); break;
-    case OpKind::kRemove: c.remove(op.path); break;
-    case OpKind::kRename: c.rename(op.path, op.path2); break;
-    case OpKind::kLink: c.link(op.path, op.path2); break;
-    case OpKind::kSymlink: c.symlink(op.path, op.path2); break;
-    case OpKind::kSetattr: c.setattr(op.path, op.attrs); break;
-    case OpKind::kGetattr: c.getattr(op.path); break;
-    case OpKind::kReaddir: c.readdir(op.path, op.count.value_or(o.read_max)); break;
-    case OpKind::kGetfh: c.getfh(op.path); break;
+// The operations as the library takes them, each write's data loaded.
+std::vector<Operation> operations(const std::vector<OpSpec> &specs, const Options &o) {
+  std::vector<std::string> data = load_data(specs);
+  std::vector<Operation> ops;
+  for (size_t i = 0; i < specs.size(); i++) {
+    const OpSpec &spec = specs[i];
+    ops.push_back({.kind = spec.kind, .path = spec.path, .path2 = spec.path2,
+                   .data = std::move(data[i]), .mode = spec.mode, .stable = o.stable,
+                   .count = spec.count.value_or(o.read_max), .attrs = spec.attrs});
   }
+  return ops;
 }
 
 // Sends C, and again after NFS4ERR_DELAY while that is safe: when nothing before the
@@ -113,7 +119,7 @@ bool write_outputs(const std::vector<OpSpec> &ops, const CompoundResult &r) {
   return ok;
 }
 
-int run(const Options &o) {
+std::vector<OpSpec> parse_ops(const Options &o) {
   std::vector<OpSpec> ops;
   if (!o.batch.empty()) {
     if (!o.ops.empty()) throw Error("give operations either on the command line or in --batch");
@@ -128,14 +134,47 @@ int run(const Options &o) {
     ops = parse_command_line(o.ops);
   }
   if (ops.empty()) throw Error("no operation given (see --help)");
-  const std::vector<std::string> data = load_data(ops);
-  const std::string tag = o.txn ? "txn" : o.tag;
+  return ops;
+}
 
+void print_sync(std::ostream &out, const Journal::Synced &s, bool json) {
+  if (json) {
+    out << sync_json(s).dump() << "\n";
+  } else {
+    out << sync_line(s) << "\n";
+  }
+}
+
+// `--journal DIR sync`: every journaled COMPOUND durable, the lost ones sent again.
+int run_sync(const Options &o) {
+  if (o.journal.empty()) throw Error("sync needs --journal DIR");
+  Journal journal(o.journal);
+  Client client(o.client);
+  RunInfo info;
+  Journal::Synced s = journal.sync(client, [&](Compound &c, std::string_view tag) {
+    return execute(c, std::string(tag), o.retry, info);
+  });
+  client.close();
+  print_sync(std::cout, s, o.json);
+  return kExitOk;
+}
+
+int run(const Options &o) {
+  if (o.ops == std::vector<std::string>{"sync"} && o.batch.empty()) return run_sync(o);
+  if (!o.journal.empty() && !o.lazy) {
+    throw Error("--journal keeps lazy COMPOUNDs: add --lazy (or give the operation sync)");
+  }
+  const std::vector<OpSpec> specs = parse_ops(o);
+  const std::vector<Operation> ops = operations(specs, o);
+  const std::string tag = o.lazy ? std::string(kLazyTag) : o.txn ? "txn" : o.tag;
+
+  std::unique_ptr<Journal> journal;
+  if (!o.journal.empty()) journal = std::make_unique<Journal>(o.journal);
   Client client(o.client);
   Compound compound(client);
-  for (size_t i = 0; i < ops.size(); i++) add(compound, ops[i], data[i], o);
+  for (const Operation &op : ops) compound.add(op);
 
-  Fit fit = compound.fit(tag);
+  Fit fit = journal ? journal->fit(client, ops, tag) : compound.fit(tag);
   if (!fit.fits) {
     if (o.json) std::cout << fit_json(fit, ops.size()).dump() << "\n";
     std::cerr << "txnfs-nfs: " << fit_message(fit, ops.size()) << "\n";
@@ -144,27 +183,49 @@ int run(const Options &o) {
 
   RunInfo info;
   CompoundResult r;
+  Journal::Sent sent;
+  std::optional<Journal::Synced> synced;
   try {
-    r = execute(compound, tag, o.retry, info);
+    if (journal) {
+      sent = journal->send(client, ops, tag, [&](Compound &c, std::string_view t) {
+        return execute(c, std::string(t), o.retry, info);
+      });
+      r = sent.result;
+      if (r.ok() && journal->kept().size() > o.journal_max) {
+        synced = journal->sync(client, [&](Compound &c, std::string_view t) {
+          RunInfo ignored;
+          return execute(c, std::string(t), o.retry, ignored);
+        });
+      }
+    } else {
+      r = execute(compound, tag, o.retry, info);
+    }
   } catch (const CallRefused &e) {
-    std::string hint = e.garbage_args() ? garbage_args_hint(compound.nfs_ops()) : "";
+    std::string hint = e.garbage_args() ? garbage_args_hint(fit.nfs_ops) : "";
     throw Error(hint.empty() ? e.what() : std::string(e.what()) + "; " + hint);
   }
   client.close();
 
   bool to_stdout = false;
-  for (const OpSpec &op : ops) to_stdout = to_stdout || op.out == "-";
+  for (const OpSpec &op : specs) to_stdout = to_stdout || op.out == "-";
   std::ostream &report = to_stdout ? std::cerr : std::cout;  // stdout then carries data
   if (o.json) {
-    report << to_json(r, info).dump() << "\n";
+    nlohmann::ordered_json j = to_json(r, info);
+    if (journal) {
+      j["journal"] = journal_json(*journal, sent);
+      if (synced) j["sync"] = sync_json(*synced);
+    }
+    report << j.dump() << "\n";
   } else {
     print_text(report, r, info);
+    if (journal) report << journal_line(*journal, sent) << "\n";
+    if (synced) print_sync(report, *synced, false);
   }
   if (std::string hint = refusal_hint(r); !hint.empty()) std::cerr << "txnfs-nfs: " << hint << "\n";
-  bool outputs_ok = write_outputs(ops, r);
+  bool outputs_ok = write_outputs(specs, r);
   bool complete = true;
-  for (size_t i = 0; i < ops.size(); i++) {
-    std::string why = incomplete(r.ops[i], !ops[i].count);
+  for (size_t i = 0; i < specs.size(); i++) {
+    std::string why = incomplete(r.ops[i], !specs[i].count);
     if (!why.empty()) std::cerr << "txnfs-nfs: " << why << "\n";
     complete = complete && why.empty();
   }
@@ -188,10 +249,12 @@ int main(int argc, char **argv) {
       "  symlink TARGET PATH   getattr PATH   readdir PATH [--count N]   getfh PATH\n"
       "  setattr PATH KEY=VALUE...  (mode=0644 size=N uid=N gid=N atime=now|SEC[.NSEC] mtime=)\n"
       "PATH is below the export, or fh:HEX (a handle from getfh), or fh:HEX/NAME.\n"
-      "--size N writes N bytes of the records \"PATH@OFFSET\\n\". N may end in K, M or G.\n\n"
+      "--size N writes N bytes of the records \"PATH@OFFSET\\n\". N may end in K, M or G.\n"
+      "txnfs-nfs --journal DIR sync: makes every COMPOUND kept in DIR durable (sending the "
+      "lost ones again) and empties it.\n\n"
       "Exit status: 0 all succeeded; 1 the COMPOUND failed with an NFS error, or a write "
       "came back short, or a read without --count stopped before the end; 2 usage, "
-      "connection or protocol error; 3 the operations do not fit the session.",
+      "connection, protocol or journal error; 3 the operations do not fit the session.",
       "txnfs-nfs"};
   app.prefix_command();  // everything from the first operation on is left to cli_ops
   app.add_option("--server", o.client.server, "NFS server address")->capture_default_str();
@@ -200,8 +263,21 @@ int main(int argc, char **argv) {
                  "the export's path in the server's pseudo file system")
       ->capture_default_str();
   auto *txn = app.add_flag("--txn", o.txn, "tag the COMPOUND \"txn\": run it as a transaction");
-  app.add_option("--tag", o.tag, "the COMPOUND's tag (\"txn...\" runs it as a transaction)")
+  auto *tag = app.add_option("--tag", o.tag, "the COMPOUND's tag (\"txn...\" runs it as a transaction)")
       ->excludes(txn);
+  app.add_flag("--lazy", o.lazy,
+               "tag the COMPOUND \"txn-lazy\": a transaction that commits lazily (durable "
+               "within the server's --lazy-flush-ms; a server crash may lose it whole). "
+               "Without --journal nothing sends a lost one again")
+      ->excludes(txn)
+      ->excludes(tag);
+  app.add_option("--journal", o.journal,
+                 "with --lazy: keep the COMPOUND in the journal DIR until it is durable, "
+                 "and send the ones a server restart lost again, whole and in order, "
+                 "before the next one (the operation `sync` makes all durable)");
+  app.add_option("--journal-max", o.journal_max,
+                 "with --journal: sync when more COMPOUNDs than this are kept")
+      ->capture_default_str();
   app.add_option("--batch", o.batch, "read the operations from FILE (- for stdin), one a line");
   app.add_flag("--json", o.json, "print one JSON object");
   app.add_flag("--stable", o.stable, "write FILE_SYNC4 instead of UNSTABLE4");
