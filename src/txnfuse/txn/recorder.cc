@@ -228,7 +228,8 @@ int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj) {
 }
 
 int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
-             const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid) {
+             const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid,
+             std::optional<bool> parent_default_acl, UniqueFd *made) {
   InodeFd dirfd = env.pin(parent);
   if (!dirfd) return dirfd.err();
   MutexLock g(t.mu);
@@ -266,9 +267,11 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
     // mode is always set again.
     bool chowned = born.st_uid != uid || born.st_gid != owner_gid;
     bool inherited = false;
+    bool may_inherit = !S_ISLNK(mode) && parent_default_acl.value_or(true);
     if ((chowned && ::fchownat(log.dir_fd(), tmp.c_str(), uid, owner_gid, AT_SYMLINK_NOFOLLOW) != 0) ||
         (!S_ISLNK(mode) &&
-         (inherit_default_acl(dirfd.get(), log.dir_fd(), tmp, S_ISDIR(mode), &perms, &inherited) != 0 ||
+         ((may_inherit &&
+           inherit_default_acl(dirfd.get(), log.dir_fd(), tmp, S_ISDIR(mode), &perms, &inherited) != 0) ||
           ((chowned || inherited || (born.st_mode & 07777) != perms) &&
            ::fchmodat(log.dir_fd(), tmp.c_str(), perms, 0) != 0)))) {
       int err = errno;
@@ -279,7 +282,6 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
     UndoStep s;
     s.kind = StepKind::Created;
     s.obj = backing_id(ofd.get());
-    ofd.reset();
     s.dir = id_of(parent);
     s.name = name;
     s.flags = S_ISDIR(mode) ? 1 : 0;
@@ -289,6 +291,7 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
       discard();
       return err;
     }
+    if (made) *made = std::move(ofd);  // (an O_PATH fd follows its object's rename)
     t.objects[env.nodeid_of(s.obj.ino)].created = true;
     t.entries.insert({parent.nodeid, name});
     return 0;
