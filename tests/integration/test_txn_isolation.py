@@ -694,3 +694,56 @@ def test_plain_xattr_reads_of_changed_object_keep_no_fds(mnt):
     assert after - before < 20, (
         f"the daemon holds {after - before} more fds after {2 * n} plain xattr reads "
         f"of an object an open transaction changed ({before} -> {after})")
+
+
+PLAIN_STAT = r"""
+import os, stat, sys
+try:
+    st = os.stat(sys.argv[1])
+    print(st.st_size, oct(stat.S_IMODE(st.st_mode)))
+except OSError as e:
+    print("error", e.errno)
+"""
+
+
+def test_attributes_of_a_made_object_stay_with_its_transaction(mnt):
+    """The kernel may cache the attributes of an object a transaction made for the mount's
+    usual lifetime (only the transaction can reach it). Inside the transaction stat
+    follows its own writes, truncations and chmods; a plain process meanwhile finds no
+    such file; when the transaction ends the cached attributes go with it: after an abort
+    an fd the transaction kept answers ESTALE, after a commit a plain process sees the
+    committed attributes."""
+    d = mnt.path / "made"
+    d.mkdir()
+
+    def plain_stat(p):
+        return subprocess.run([sys.executable, "-c", PLAIN_STAT, str(p)], capture_output=True,
+                              text=True, timeout=60).stdout.strip()
+
+    for end in ("abort", "commit"):
+        f = d / f"f-{end}"
+        tid = tl.txn_begin(mnt.path)
+        fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        try:
+            os.write(fd, b"x" * 5000)
+            assert os.fstat(fd).st_size == 5000
+            os.fchmod(fd, 0o600)
+            assert oct(os.stat(f).st_mode & 0o7777) == "0o600"
+            os.ftruncate(fd, 100)
+            assert os.stat(f).st_size == 100 and os.fstat(fd).st_size == 100
+            assert plain_stat(f) == f"error {errno.ENOENT}"
+            if end == "abort":
+                assert tl.txn_abort(mnt.path, tid) == 0
+                try:
+                    os.fstat(fd)
+                    raise AssertionError("fstat of a file an aborted transaction made succeeded")
+                except OSError as e:
+                    assert e.errno == errno.ESTALE, e
+                assert plain_stat(f) == f"error {errno.ENOENT}"
+            else:
+                assert tl.txn_commit(mnt.path, tid) == 0
+                assert plain_stat(f) == "100 0o600"
+                assert os.fstat(fd).st_size == 100
+        finally:
+            os.close(fd)
+    S.assert_no_backups(mnt.store)

@@ -1,5 +1,8 @@
 #include "txnfuse/fuse/invalidator.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace txnfs {
 
 void Invalidator::start(fuse_session *se) {
@@ -46,7 +49,10 @@ void Invalidator::flush() {
   lock_order::assert_none_held("the kernel's invalidations");
   MutexLock g(mu_);
   uint64_t upto = queued_;
-  while (!stop_ && sent_ < upto) sent_cv_.wait(mu_);
+  while (!stop_ && sent_ < upto) {
+    wake_at_ = std::min(wake_at_, upto);  // (re-registered after every wake-up)
+    sent_cv_.wait(mu_);
+  }
 }
 
 void Invalidator::loop() {
@@ -64,7 +70,10 @@ void Invalidator::loop() {
       fuse_lowlevel_notify_inval_entry(se_, it.node, it.name.c_str(), it.name.size());
     g.lock();
     sent_++;
-    sent_cv_.notify_all();
+    if (sent_ >= wake_at_) {
+      wake_at_ = UINT64_MAX;
+      sent_cv_.notify_all();
+    }
   }
 }
 

@@ -45,6 +45,11 @@ class Invalidator final : public CacheInvalidator {
   CondVar cv_;
   std::deque<Item> q_ GUARDED_BY(mu_);
   uint64_t queued_ GUARDED_BY(mu_) = 0, sent_ GUARDED_BY(mu_) = 0;  // items ever queued / sent
+  // The smallest `sent_` a flush() waits for (UINT64_MAX: none). The thread wakes the
+  // waiters only when it gets there, not after every item: a commit of a transaction
+  // that touched thousands of objects would otherwise be woken (and rescheduled) once
+  // per invalidation. Invariant: every waiter with target <= sent_ has been notified.
+  uint64_t wake_at_ GUARDED_BY(mu_) = UINT64_MAX;
   CondVar sent_cv_;
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread t_;

@@ -72,7 +72,15 @@ void Op::set_timeouts(fuse_entry_param &e, bool changed_entry) const {
 }
 
 double Op::attr_timeout(uint64_t nodeid) const {
-  if (txn_ && txn_->touched(nodeid)) return 0;
+  // An object the transaction made is reachable by no one else until it ends: its name
+  // is X-locked by the transaction, plain readers are shown the committed state without
+  // it, and the kernel keeps the name's dentry for no time (set_timeouts).
+  // Its attributes may therefore be cached like those of a plain object -- which saves
+  // the GETATTR of every permission check on it (the open right after a create) -- and
+  // are dropped from the kernel's cache when the transaction ends, with everything else
+  // it touched (TxnManager::finish). An object that existed before is shared: what the
+  // transaction changed of it must not outlive the reply.
+  if (txn_ && txn_->changed_shared(nodeid)) return 0;
   return fs_.opts.attr_timeout;
 }
 

@@ -62,8 +62,9 @@ class Op {
   }
 
   // Cache lifetimes of a reply. What a transaction changed (`changed_entry`: the
-  // entry itself; and every object it touched) must not outlive it in a kernel cache;
-  // what it only read is committed state, which it keeps locked until it ends.
+  // entry itself; and every object it touched that existed before it) must not outlive
+  // the reply in a kernel cache; what it only read is committed state, which it keeps
+  // locked until it ends; what it made only it can reach until it ends.
   void set_timeouts(fuse_entry_param &e, bool changed_entry = false) const;
   double attr_timeout(uint64_t nodeid) const;
 

@@ -308,10 +308,14 @@ int own_new_entry(fuse_req_t req, int dirfd, const char *name, mode_t mode) {
 // (POSIX_ACL + DONT_MASK): as on XFS (posix_acl_create), the umask applies only when the
 // parent has no default ACL; with one, the backing file system (plain requests, the
 // daemon's umask is 0) or txn_make masks the mode by the ACL. Called with the parent's
-// entry lock held, so the parent's default ACL cannot change in between.
-mode_t creation_mode(fuse_req_t req, int dirfd, mode_t mode) {
+// entry lock held, so the parent's default ACL cannot change in between (*default_acl
+// says whether it has one; txn_make needs to know too).
+mode_t creation_mode(fuse_req_t req, int dirfd, mode_t mode, bool *default_acl) {
+  *default_acl = false;
   if (S_ISLNK(mode)) return mode;
   ssize_t n = ::getxattr(proc_path(dirfd).c_str(), "system.posix_acl_default", nullptr, 0);
+  // Anything but "none" (an error included) lets txn_make read it again and decide.
+  *default_acl = n >= 0 || (errno != ENODATA && errno != EOPNOTSUPP);
   if (n > 0) return mode;
   return mode & ~(fuse_req_ctx(req)->umask & 0777);
 }
@@ -327,11 +331,13 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
   if (err) return err;
   InodeFd dir = fs.pin(*parent);
   if (!dir) return dir.err();
-  mode = creation_mode(req, dir.get(), mode);
+  bool default_acl;
+  mode = creation_mode(req, dir.get(), mode, &default_acl);
   auto make = [&](int dirfd, const char *n) { return make_as(dirfd, n, mode & 07777); };
+  UniqueFd made;  // a transaction's new object, as txn_make opened it
   if (Txn *t = op.txn()) {
     const fuse_ctx *ctx = fuse_req_ctx(req);
-    err = txn_make(fs, *t, *parent, name, mode, make, ctx->uid, ctx->gid);
+    err = txn_make(fs, *t, *parent, name, mode, make, ctx->uid, ctx->gid, default_acl, &made);
     if (err) return err;
   } else {
     if ((err = make(dir.get(), name))) return err;
@@ -341,7 +347,8 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
     }
   }
   try {
-    err = lookup_name(fs, parent, name, true, e);
+    err = made ? lookup_fd(fs, std::move(made), parent->nodeid, name, true, e)
+               : lookup_name(fs, parent, name, true, e);
   } catch (const std::exception &ex) {
     spdlog::error("recording new entry {} in {}: {}", name, parent->nodeid, ex.what());
     err = EIO;

@@ -116,12 +116,15 @@ void note_before(TxnEnv &env, Txn &t, const Inode &dir, const InodeFd &dirfd, co
 // directory misses it, so it gets it here. The parent's default ACL, masked by the
 // permissions asked for, becomes the object's access ACL (a directory also inherits the
 // default ACL itself), and the permissions are masked by the ACL (*perms). Returns 0 or
-// an errno. The xattr format: a le32 version (2), then {le16 tag, le16 perm, le32 id}.
+// an errno; *inherited tells whether the parent had a default ACL. The xattr format: a
+// le32 version (2), then {le16 tag, le16 perm, le32 id}.
 int inherit_default_acl(int parent_fd, int dirfd, const std::string &name, bool is_dir,
-                        mode_t *perms) {
+                        mode_t *perms, bool *inherited) {
+  *inherited = false;
   char buf[4 + 8 * 64];
   ssize_t n = ::getxattr(proc_path(parent_fd).c_str(), "system.posix_acl_default", buf, sizeof buf);
   if (n < 0) return errno == ENODATA || errno == EOPNOTSUPP ? 0 : errno;
+  *inherited = true;
   if (n < 4 || (n - 4) % 8 != 0) return EIO;
   std::string def(buf, size_t(n)), acc = def;
   enum : uint16_t { USER_OBJ = 1, USER = 2, GROUP_OBJ = 4, GROUP = 8, MASK = 0x10, OTHER = 0x20 };
@@ -225,7 +228,8 @@ int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj) {
 }
 
 int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
-             const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid) {
+             const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid,
+             std::optional<bool> parent_default_acl, UniqueFd *made) {
   InodeFd dirfd = env.pin(parent);
   if (!dirfd) return dirfd.err();
   MutexLock g(t.mu);
@@ -249,25 +253,35 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
     }
     bool sgid_parent = pst.st_mode & S_ISGID;
     mode_t perms = (mode & 07777) | (sgid_parent && S_ISDIR(mode) ? S_ISGID : 0);
-    if (::fchownat(log.dir_fd(), tmp.c_str(), uid, sgid_parent ? pst.st_gid : gid,
-                   AT_SYMLINK_NOFOLLOW) != 0 ||
+    gid_t owner_gid = sgid_parent ? pst.st_gid : gid;
+    UniqueFd ofd(::openat(log.dir_fd(), tmp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    struct stat born;
+    if (!ofd || ::fstatat(ofd.get(), "", &born, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+      int err = ofd ? errno : ofd.err();
+      discard();
+      return err;
+    }
+    // Ownership and permissions are set only where the daemon's creation (as itself,
+    // umask 0) left them different: each is a metadata transaction of XFS. chown clears
+    // set-ID bits, and an inherited access ACL rewrites the mode, so after either the
+    // mode is always set again.
+    bool chowned = born.st_uid != uid || born.st_gid != owner_gid;
+    bool inherited = false;
+    bool may_inherit = !S_ISLNK(mode) && parent_default_acl.value_or(true);
+    if ((chowned && ::fchownat(log.dir_fd(), tmp.c_str(), uid, owner_gid, AT_SYMLINK_NOFOLLOW) != 0) ||
         (!S_ISLNK(mode) &&
-         (inherit_default_acl(dirfd.get(), log.dir_fd(), tmp, S_ISDIR(mode), &perms) != 0 ||
-          ::fchmodat(log.dir_fd(), tmp.c_str(), perms, 0) != 0))) {
+         ((may_inherit &&
+           inherit_default_acl(dirfd.get(), log.dir_fd(), tmp, S_ISDIR(mode), &perms, &inherited) != 0) ||
+          ((chowned || inherited || (born.st_mode & 07777) != perms) &&
+           ::fchmodat(log.dir_fd(), tmp.c_str(), perms, 0) != 0)))) {
       int err = errno;
       discard();
       return err;
     }
     TXNFS_CRASH_POINT("txn.after_born");
-    UniqueFd ofd(::openat(log.dir_fd(), tmp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
-    if (!ofd) {
-      discard();
-      return ofd.err();
-    }
     UndoStep s;
     s.kind = StepKind::Created;
     s.obj = backing_id(ofd.get());
-    ofd.reset();
     s.dir = id_of(parent);
     s.name = name;
     s.flags = S_ISDIR(mode) ? 1 : 0;
@@ -277,6 +291,7 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
       discard();
       return err;
     }
+    if (made) *made = std::move(ofd);  // (an O_PATH fd follows its object's rename)
     t.objects[env.nodeid_of(s.obj.ino)].created = true;
     t.entries.insert({parent.nodeid, name});
     return 0;

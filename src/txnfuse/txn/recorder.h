@@ -10,7 +10,9 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <optional>
 
+#include "store/unique_fd.h"
 #include "txnfuse/txn/inode.h"
 #include "txnfuse/txn/txn.h"
 #include "txnfuse/txn/txn_env.h"
@@ -29,9 +31,13 @@ int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj);
 
 // Makes a new object `name` in `parent`: `make(dirfd, tmpname)` creates it (and may
 // return an open fd through *fd). Replies nothing; returns 0 or an errno.
+// `parent_default_acl`: whether the parent has a default ACL, when the caller has read
+// it already under the lock it holds on the entry (else txn_make reads it). `made`, if
+// given, receives an O_PATH fd of the new object (saves the caller opening it again).
 int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
              const std::function<int(int dirfd, const char *tmp)> &make,
-             uid_t uid, gid_t gid);
+             uid_t uid, gid_t gid, std::optional<bool> parent_default_acl = std::nullopt,
+             UniqueFd *made = nullptr);
 // unlink (is_dir false) or rmdir (true) of `name` in `parent`.
 int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool is_dir);
 int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const Inode &newparent,

@@ -275,11 +275,16 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
   env_.view.forget(t->id());
   env_.locks.release_all(*t);
   {
+    // Each object and each name once: a transaction that made thousands of files in one
+    // directory drops that directory's attributes and listing once, not per name.
     MutexLock g(t->mu);
     for (auto &[nodeid, o] : t->objects) env_.cache->inode(nodeid);
+    uint64_t last_dir = 0;
     for (auto &[dir, name] : t->entries) {
       env_.cache->entry(dir, name);
-      env_.cache->inode(dir);  // also drops the kernel's cached listing of dir
+      // (also drops the kernel's cached listing of dir; `entries` is sorted by dir)
+      if (dir != last_dir && !t->objects.count(dir)) env_.cache->inode(dir);
+      last_dir = dir;
     }
   }
   // Before the caller hears the outcome: its next request must not find a name the

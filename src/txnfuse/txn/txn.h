@@ -115,10 +115,13 @@ struct Txn : LockOwner {
   CondVar idle;                 // inflight dropped to 0
 
   uint64_t id() const { return LockOwner::id(); }
-  // Has this transaction changed (or made) the object?
-  bool touched(uint64_t nodeid) EXCLUDES(mu) {
+  // Has this transaction changed the object, one that existed before it began (not one
+  // it made)? Such an object's state is uncommitted but reachable by others: what the
+  // transaction is told about it must not stay in a kernel cache (see Op::attr_timeout).
+  bool changed_shared(uint64_t nodeid) EXCLUDES(mu) {
     MutexLock g(mu);
-    return objects.count(nodeid) != 0;
+    auto it = objects.find(nodeid);
+    return it != objects.end() && !it->second.created;
   }
   // Corrects attributes this transaction reads for what its own log hides.
   void adjust(struct stat &st, uint64_t nodeid) EXCLUDES(mu) {
