@@ -25,7 +25,7 @@
 //    90   Invalidator::mu_             kernel-cache invalidations queued for its thread
 //    95   TxnManager::lazy_mu_         links that logs of lazy commits not yet durable
 //                                      still hold on objects (read by getattr)
-//    97   park::Resumer::mu_           resumed requests queued for the resume threads
+//    97   park::Pool::mu_              jobs queued for the resume and control pools
 //                                      (posted to by lock-manager continuations, which a
 //                                      finishing transaction runs under Txn::mu)
 //   100   stall::Registry::mu          the watchdog's registry of request threads
@@ -69,7 +69,7 @@ enum class LockRank : uint8_t {
   kStepMirror = 80,
   kInvalidator = 90,
   kLazyStash = 95,
-  kResumer = 97,
+  kPool = 97,
   kStallWatchdog = 100,
 };
 

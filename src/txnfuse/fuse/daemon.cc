@@ -247,13 +247,16 @@ int run_mount(const MountOptions &opts) {
   }
 
   // Resumed requests (park.h) run on these; their number bounds how many handlers
-  // unblocked by one commit run at once.
+  // unblocked by one commit run at once. Control requests that wait get threads of
+  // their own, as many as wait at once.
   fs.resumer.start(2);
+  fs.control.start(1, true);
   int rc = serve_dev_fuse(s.se, fuse_threads(opts));
   // Unmounted: requests still parked are answered (the kernel has gone) and release what
   // they hold before the transactions' threads stop.
   if (size_t n = fs.locks.cancel_all(ENODEV)) spdlog::info("unmount: {} parked requests failed", n);
   fs.resumer.stop();
+  fs.control.stop();
   fs.inval.stop();
   fs.txns->stop();
   watchdog.stop();

@@ -22,6 +22,13 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
               unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz) {
   if (flags & FUSE_IOCTL_COMPAT) return (void)fuse_reply_err(req, ENOSYS);
   Fs &fs = fs_of(req);
+  // Requests that wait for other requests or for the kernel run on the control pool
+  // (park.h): on a thread that reads requests (a ring thread serves a CPU's queue) they
+  // could wait for a request queued behind them.
+  bool waits = cmd == TXNFS_IOC_BEGIN || cmd == TXNFS_IOC_COMMIT || cmd == TXNFS_IOC_ABORT ||
+               cmd == TXNFS_IOC_COMMIT2 || cmd == TXNFS_IOC_SYNC;
+  if (waits && !fs.control.mine() && park::current())
+    return fs.control.post(park::current()->capture());
   TxnManager &tm = *fs.txns;
   const fuse_ctx *ctx = fuse_req_ctx(req);
   auto in = [&](auto &v) {

@@ -21,30 +21,41 @@ std::shared_ptr<void> take_loop_buffer() {
   return std::shared_ptr<void>(loop_buffer->mem, [](void *m) { std::free(m); });
 }
 
-void Resumer::start(unsigned threads) {
+namespace {
+thread_local const Pool *pool_of_thread = nullptr;
+}
+
+void Pool::start(unsigned threads, bool grow) {
   MutexLock g(mu_);
   running_ = true;
+  grow_ = grow;
   for (unsigned k = 0; k < threads; k++) threads_.emplace_back([this] { loop(); });
 }
 
-void Resumer::post(std::function<void()> job) {
+bool Pool::mine() const { return pool_of_thread == this; }
+
+void Pool::post(std::function<void()> job) {
   {
     MutexLock g(mu_);
     if (running_) {
       jobs_.push_back(std::move(job));
-      cv_.notify_one();
+      if (grow_ && idle_ < jobs_.size()) threads_.emplace_back([this] { loop(); });
+      else cv_.notify_one();
       return;
     }
   }
   job();
 }
 
-void Resumer::loop() {
+void Pool::loop() {
+  pool_of_thread = this;
   MutexLock g(mu_);
   while (true) {
     if (jobs_.empty()) {
       if (!running_) return;
+      ++idle_;
       cv_.wait(mu_);
+      --idle_;
       continue;
     }
     std::function<void()> job = std::move(jobs_.front());
@@ -56,14 +67,15 @@ void Resumer::loop() {
   }
 }
 
-void Resumer::stop() {
+void Pool::stop() {
+  std::vector<std::thread> threads;
   {
     MutexLock g(mu_);
-    running_ = false;
+    running_ = false;  // from now on post() runs jobs itself: no thread is added
     cv_.notify_all();
+    threads.swap(threads_);
   }
-  for (auto &t : threads_) t.join();
-  threads_.clear();
+  for (auto &t : threads) t.join();
 }
 
 }  // namespace txnfs::park

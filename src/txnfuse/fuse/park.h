@@ -6,7 +6,7 @@
 // Site), queues that continuation with the lock manager and unwinds the handler with
 // park::Unwind, which the handler wrapper (ops.cc) catches. The thread is free at once.
 // When the lock is granted the continuation runs the handler again from the start on
-// the Resumer's threads; locks the request already holds are granted again at once.
+// the resume pool's threads; locks the request already holds are granted again at once.
 // When the wait fails (ETIMEDOUT, or its transaction ends, or unmount) the request is
 // answered with that error. Deadlocks are found before parking (EDEADLK at once).
 //
@@ -18,7 +18,7 @@
 //     reads the next request into a fresh one;
 //   - a parked request keeps its Op's state (Op::State): a transaction's request stays
 //     counted in flight, a plain request keeps the locks it holds;
-//   - continuations never run under a mutex of the daemon, and the Resumer's jobs run
+//   - continuations never run under a mutex of the daemon, and the pools' jobs run
 //     holding none.
 #pragma once
 #include <functional>
@@ -66,29 +66,39 @@ struct LoopBuffer {
 };
 void set_loop_buffer(LoopBuffer *b);
 // The current thread's loop buffer, now owned by the caller (freed with the last
-// reference); null on threads without one (io_uring ring threads, the Resumer).
+// reference); null on threads without one (io_uring ring threads, the pools).
 std::shared_ptr<void> take_loop_buffer();
 
-// A fixed pool of threads that runs resumed requests. Continuations of the lock manager
-// run on whichever thread settles a wait (one releasing locks in a commit, the lock
-// timer); they only post here, so a commit's reply is not delayed by the handlers it
-// unblocks and no handler runs under the releasing thread's stack.
-class Resumer {
+// A pool of threads that runs jobs: resumed requests, and control requests that wait.
+//
+// Continuations of the lock manager run on whichever thread settles a wait (one
+// releasing locks in a commit, the lock timer); they only post to the resume pool, so a
+// commit's reply is not delayed by the handlers it unblocks and no handler runs on the
+// releasing thread's stack. Control requests that wait for other requests or for the
+// kernel (begin, commit, abort, sync: a commit waits for the kernel to drop cached
+// names, which may wait for a directory lock that a request queued behind it holds) run
+// on the growing control pool, never on a thread that reads requests.
+class Pool {
  public:
-  ~Resumer() { stop(); }
-  void start(unsigned threads) EXCLUDES(mu_);
+  ~Pool() { stop(); }
+  // Starts `threads` threads; with `grow`, post() adds one whenever no thread is idle.
+  void start(unsigned threads, bool grow = false) EXCLUDES(mu_);
   // Runs `job` on a pool thread; after stop(), on the calling thread.
   void post(std::function<void()> job) EXCLUDES(mu_);
   // Runs what is queued, then joins the threads.
   void stop() EXCLUDES(mu_);
+  // Is the calling thread one of this pool's?
+  bool mine() const;
 
  private:
   void loop() EXCLUDES(mu_);
-  Mutex mu_{LockRank::kResumer};
+  Mutex mu_{LockRank::kPool};
   CondVar cv_;
   std::deque<std::function<void()>> jobs_ GUARDED_BY(mu_);
   bool running_ GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
+  bool grow_ GUARDED_BY(mu_) = false;
+  size_t idle_ GUARDED_BY(mu_) = 0;
+  std::vector<std::thread> threads_ GUARDED_BY(mu_);
 };
 
 }  // namespace txnfs::park
