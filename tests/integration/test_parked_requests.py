@@ -164,6 +164,9 @@ def test_waiting_requests_occupy_no_thread(mnt):
             assert files[k].read_bytes() == b"PLAINtted"
     st = tl.txn_status(mnt.path)
     assert st["parked"]["now"] == 0 and st["parked"]["total"] >= WAITERS, st
+    out = tl.output_of(tl.txnfs("status", mnt.path))
+    assert f"requests: over {st['transport']}; parked for locks: 0 now, " \
+           f"{st['parked']['total']} in total" in out, out
 
 
 def test_waiters_granted_in_arrival_order(mnt):

@@ -37,7 +37,10 @@ void *worker(void *arg) {
       if (res < 0) l.error = res;
       break;
     }
-    lb.mem = buf.mem;
+    // The request is in `buf`'s memory: op_init turns FUSE_CAP_SPLICE_READ off, so no
+    // request after INIT arrives in a pipe (which libfuse would copy into a temporary
+    // buffer, freed when the handler returns, that a parked request could not keep).
+    lb.mem = (buf.flags & FUSE_BUF_IS_FD) ? nullptr : buf.mem;
     lb.taken = false;
     fuse_session_process_buf(l.se, &buf);
     if (lb.taken) buf.mem = nullptr;  // a parked request owns it now
