@@ -14,7 +14,11 @@
 #                                written with zeroes first (no host allocation later) and
 #                                made with mkfs.xfs -K (a discard would punch it sparse again)
 #   bench_txnfs_mount STORE MNT [OPTS]
-#                                txnfs init + txnfs mount; sets $txn_pid ($txn_mnt = MNT)
+#                                txnfs init + txnfs mount; sets $txn_pid ($txn_mnt = MNT);
+#                                with -o io_uring unless TXNFS_IO_URING=0 (bench_start
+#                                switches the fuse module's enable_uring on for the run
+#                                and restores it at exit; binaries that do not know the
+#                                option serve /dev/fuse)
 #   bench_track_fuse MNT PID NAME   unmount MNT and stop PID (cmdline contains NAME) at exit;
 #                                PID may be a pid file (an absolute path), read at exit
 #   bench_track_bg PID           SIGINT + wait PID at exit (e.g. a perf record)
@@ -126,7 +130,21 @@ bench_start() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
     trap 'exit 129' HUP
+    bench_io_uring_on
 }
+
+# FUSE over io_uring for the run, when the kernel has it (TXNFS_IO_URING=0: /dev/fuse).
+bench_uring_param=/sys/module/fuse/parameters/enable_uring bench_uring_old='' bench_io_uring=0
+bench_io_uring_on() {
+    [[ ${TXNFS_IO_URING:-1} != 0 && -w $bench_uring_param ]] || return 0
+    bench_uring_old=$(cat "$bench_uring_param")
+    if [[ $bench_uring_old != Y ]]; then
+        echo Y >"$bench_uring_param" 2>/dev/null || return 0
+        bench_cleanup_hooks+=(bench_io_uring_restore)
+    fi
+    bench_io_uring=1
+}
+bench_io_uring_restore() { echo "$bench_uring_old" >"$bench_uring_param"; }
 
 bench_image_kind=sparse
 bench_make_xfs() { # size-gib [full]
@@ -156,6 +174,7 @@ bench_txnfs_mount() { # store mountpoint [fuse-opts] [binary]
     mkdir -p "$txn_mnt"
     "$bin" init "$store" >&2
     local args=("$store" "$txn_mnt" --pid-file "$pidf")
+    ((bench_io_uring)) && opts=${opts:+$opts,}io_uring
     [[ -n $opts ]] && args+=(-o "$opts")
     bench_track_fuse "$txn_mnt" "$pidf" txnfs   # also if the mount fails half-way
     "$bin" mount "${args[@]}" >&2
@@ -178,6 +197,7 @@ bench_header() { # image-gib [mountpoints to show...]
     echo "== $BENCH_NAME $(date -u +%Y-%m-%dT%H:%M:%SZ)  kernel $(uname -r)  $(nproc) cpus  txnfs $(git -C "$bench_repo" describe --always --dirty 2>/dev/null || echo '?')"
     local how="sparse"
     [[ $bench_image_kind == full ]] && how="fully written with zeroes first, mkfs.xfs -K"
+    ((bench_io_uring)) && echo "   txnfs mounts with -o io_uring (FUSE over io_uring where the binary supports it)"
     echo "   XFS image ${gib} GiB $how, mkfs.xfs -m reflink=1, on $loopdev (backing file on $(df --output=source,fstype "$tmp" | tail -1 | tr -s ' '))"
     for m in "$xfs_mnt" "$@"; do
         awk -v a="$m" '$2==a {print "   mount: " $0}' /proc/mounts

@@ -25,6 +25,9 @@
 //    90   Invalidator::mu_             kernel-cache invalidations queued for its thread
 //    95   TxnManager::lazy_mu_         links that logs of lazy commits not yet durable
 //                                      still hold on objects (read by getattr)
+//    97   park::Pool::mu_              jobs queued for the resume and control pools
+//                                      (posted to by lock-manager continuations, which a
+//                                      finishing transaction runs under Txn::mu)
 //   100   stall::Registry::mu          the watchdog's registry of request threads
 //
 // So, for instance, MetaDb::transaction(fn) must never take Txn::mu inside fn: a thread
@@ -33,7 +36,9 @@
 //
 // Waits that are not mutexes have rules of their own:
 //   - a lock of the LockManager (an object or entry lock a request waits up to the lock
-//     timeout for) is awaited with no mutex held (LockManager::acquire checks this);
+//     timeout for) is awaited by no thread: a FUSE request that must wait is parked
+//     (src/txnfuse/fuse/park.h); the blocking LockManager::acquire, for other callers,
+//     waits with no mutex held (it checks this);
 //   - Txn::idle, the group commit and Invalidator::flush() are awaited with no mutex held
 //     other than the one the condition variable releases;
 //   - kernel notifications (fuse_lowlevel_notify_*) are sent only by the Invalidator's
@@ -64,6 +69,7 @@ enum class LockRank : uint8_t {
   kStepMirror = 80,
   kInvalidator = 90,
   kLazyStash = 95,
+  kPool = 97,
   kStallWatchdog = 100,
 };
 

@@ -702,7 +702,7 @@ class Env:
             self.proc = subprocess.Popen(
                 [tl.txnfs_bin(), "mount", "-f", str(self.store.path), str(self.mnt),
                  "--log-file", str(self.log_file), "--lock-timeout-ms", str(LOCK_TIMEOUT_MS),
-                 *extra],
+                 *(("--io-uring",) if tl.io_uring_wanted() else ()), *extra],
                 env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
         deadline = t0 + timeout
         while time.monotonic() < deadline:

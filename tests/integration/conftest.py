@@ -18,6 +18,9 @@ Every daemon the tests start gets TXNFS_STALL_DUMP (a directory of this session)
 TXNFS_LOCK_ORDER_ABORT=1: a FUSE request unanswered for 30 s makes the daemon save every
 thread's stack there, and a lock-order violation aborts it after writing its report
 there. Any test after which that directory holds a file fails, printing the file.
+
+TXNFS_TEST_IO_URING=1 runs every mount over FUSE's io_uring (enable_uring is set to Y
+for the session and restored after).
 """
 
 from __future__ import annotations
@@ -58,6 +61,21 @@ STALL_DUMP_DIR = Path(tempfile.mkdtemp(prefix="txnfs-stall-dumps-"))
 os.chmod(STALL_DUMP_DIR, 0o755)
 os.environ["TXNFS_STALL_DUMP"] = str(STALL_DUMP_DIR)
 os.environ["TXNFS_LOCK_ORDER_ABORT"] = "1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _io_uring():
+    """TXNFS_TEST_IO_URING=1: mounts use FUSE over io_uring (txnfs_lib.Mount), which the
+    kernel offers only while enable_uring is Y; switched on here, restored after."""
+    if not tl.io_uring_wanted():
+        yield
+        return
+    old = tl.URING_PARAM.read_text().strip()
+    tl.URING_PARAM.write_text("Y")
+    try:
+        yield
+    finally:
+        tl.URING_PARAM.write_text(old)
 
 
 @pytest.fixture(autouse=True)

@@ -237,8 +237,19 @@ class Store:
         return rows[0] if rows else None
 
 
+# FUSE over io_uring: the kernel offers it while this is Y (root may write it).
+URING_PARAM = Path("/sys/module/fuse/parameters/enable_uring")
+
+
+def io_uring_wanted() -> bool:
+    """TXNFS_TEST_IO_URING=1: every Mount mounts with --io-uring (conftest switches
+    enable_uring on for the session and restores it)."""
+    return os.environ.get("TXNFS_TEST_IO_URING") == "1"
+
+
 class Mount:
-    """A txnfs mount (daemon mode, --pid-file) of `store` at a fresh mount point."""
+    """A txnfs mount (daemon mode, --pid-file) of `store` at a fresh mount point
+    (with --io-uring under TXNFS_TEST_IO_URING=1)."""
 
     def __init__(self, store: Store, path, pid_file):
         self.store = store
@@ -256,6 +267,8 @@ class Mount:
         assert not self.mounted, f"{self.path} is already mounted"
         if self.pid_file.exists():
             self.pid_file.unlink()
+        if io_uring_wanted() and "--io-uring" not in extra:
+            extra = (*extra, "--io-uring")
         log = os.environ.get("TXNFS_TEST_LOG_DIR")  # keep daemon logs for debugging
         if log:
             extra = (*extra, "--log-file", os.path.join(log, f"txnfs-{os.getpid()}-{time.monotonic_ns()}.log"))

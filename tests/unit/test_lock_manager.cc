@@ -154,6 +154,120 @@ TEST_CASE("duplicate keys of a set merge into the weakest covering mode") {
   lm.release_all(set);
 }
 
+// The parking path: acquire_async never blocks its caller; continuations run on the
+// thread that settles the wait (release_all, the timer, cancel).
+namespace {
+struct Outcome {
+  std::atomic<int> err{-1};
+  std::atomic<std::thread::id> by{};
+  LockResume resume() {
+    return [this](int e) {
+      by = std::this_thread::get_id();
+      err = e;
+    };
+  }
+};
+}  // namespace
+
+TEST_CASE("a parked wait is granted by the releasing thread, in arrival order") {
+  LockManager lm;
+  LockOwner h(1), w1(2), w2(3), w3(4);
+  REQUIRE(lm.acquire_async(h, kA, LockMode::X, kLong, nullptr) == 0);
+  Outcome o1, o2, o3;
+  CHECK(lm.acquire_async(w1, kA, LockMode::S, kLong, o1.resume()) == LockManager::kParked);
+  CHECK(lm.acquire_async(w2, kA, LockMode::X, kLong, o2.resume()) == LockManager::kParked);
+  CHECK(lm.acquire_async(w3, kA, LockMode::S, kLong, o3.resume()) == LockManager::kParked);
+  CHECK(lm.parked() == 3);
+  CHECK(lm.counts(w1) == std::pair<size_t, size_t>{0, 1});
+  lm.release_all(h);
+  // w1 (S) is granted; w2 (X) conflicts with it; w3 (S) arrived after w2 and waits.
+  CHECK(o1.err == 0);
+  CHECK(o1.by.load() == std::this_thread::get_id());
+  CHECK(o2.err == -1);
+  CHECK(o3.err == -1);
+  CHECK(lm.counts(w1).first == 1);
+  lm.release_all(w1);
+  CHECK(o2.err == 0);
+  CHECK(o3.err == -1);
+  lm.release_all(w2);
+  CHECK(o3.err == 0);
+  CHECK(lm.parked() == 0);
+  CHECK(lm.parked_total() == 3);
+  lm.release_all(w3);
+}
+
+TEST_CASE("a parked wait times out on the timer thread; the next one moves up") {
+  LockManager lm;
+  LockOwner h(1), a(2), b(3);
+  REQUIRE(lm.acquire_async(h, kA, LockMode::S, kLong, nullptr) == 0);
+  Outcome oa, ob;
+  CHECK(lm.acquire_async(a, kA, LockMode::X, 50ms, oa.resume()) == LockManager::kParked);
+  CHECK(lm.acquire_async(b, kA, LockMode::S, kLong, ob.resume()) == LockManager::kParked);
+  for (int k = 0; k < 200 && oa.err == -1; k++) std::this_thread::sleep_for(10ms);
+  CHECK(oa.err == ETIMEDOUT);
+  CHECK(oa.by.load() != std::this_thread::get_id());
+  CHECK(lm.timeouts() == 1);
+  // b waited behind a's X only; with a gone it joins h's S.
+  for (int k = 0; k < 200 && ob.err == -1; k++) std::this_thread::sleep_for(10ms);
+  CHECK(ob.err == 0);
+  CHECK(lm.counts(a) == std::pair<size_t, size_t>{0, 0});
+  lm.release_all(b);
+  lm.release_all(h);
+}
+
+TEST_CASE("a wait that would close a cycle fails at once, parking nothing") {
+  LockManager lm;
+  LockOwner a(1), b(2);
+  REQUIRE(lm.acquire_async(a, kA, LockMode::X, kLong, nullptr) == 0);
+  REQUIRE(lm.acquire_async(b, kB, LockMode::X, kLong, nullptr) == 0);
+  Outcome oa;
+  CHECK(lm.acquire_async(a, kB, LockMode::X, kLong, oa.resume()) == LockManager::kParked);
+  Outcome ob;
+  CHECK(lm.acquire_async(b, kA, LockMode::X, kLong, ob.resume()) == EDEADLK);
+  CHECK(lm.deadlocks() == 1);
+  CHECK(lm.parked() == 1);
+  lm.release_all(b);  // the victim aborts
+  CHECK(oa.err == 0);
+  CHECK(ob.err == -1);  // never called
+  lm.release_all(a);
+}
+
+TEST_CASE("two parked waits of one owner; cancel settles both with its error") {
+  LockManager lm;
+  LockOwner h(1), t(2), other(3);
+  REQUIRE(lm.acquire_async(h, kA, LockMode::X, kLong, nullptr) == 0);
+  REQUIRE(lm.acquire_async(h, kB, LockMode::X, kLong, nullptr) == 0);
+  Outcome o1, o2, o3;
+  CHECK(lm.acquire_async(t, kA, LockMode::S, kLong, o1.resume()) == LockManager::kParked);
+  CHECK(lm.acquire_async(t, kB, LockMode::S, kLong, o2.resume()) == LockManager::kParked);
+  CHECK(lm.acquire_async(other, kA, LockMode::S, kLong, o3.resume()) == LockManager::kParked);
+  CHECK(lm.counts(t).second == 2);
+  CHECK(lm.cancel(t, ENOENT) == 2);
+  CHECK(o1.err == ENOENT);
+  CHECK(o2.err == ENOENT);
+  CHECK(o3.err == -1);
+  CHECK(lm.cancel_all(ENODEV) == 1);
+  CHECK(o3.err == ENODEV);
+  CHECK(lm.parked() == 0);
+  lm.release_all(h);
+}
+
+TEST_CASE("a parked lock set is granted whole when its keys come free") {
+  LockManager lm;
+  LockOwner h(1), set(2);
+  REQUIRE(lm.acquire_async(h, kB, LockMode::X, kLong, nullptr) == 0);
+  Outcome o;
+  CHECK(lm.acquire_set_async(set, {{kA, LockMode::X}, {kB, LockMode::S}}, kLong, o.resume()) ==
+        LockManager::kParked);
+  CHECK(lm.counts(set).first == 0);  // nothing held while it waits
+  lm.release_all(h);
+  CHECK(o.err == 0);
+  CHECK(lm.counts(set).first == 2);
+  Outcome late;
+  CHECK(lm.acquire_set_async(h, {{kA, LockMode::S}}, 0ms, late.resume()) == ETIMEDOUT);
+  lm.release_all(set);
+}
+
 TEST_CASE("interval sets report what is missing and merge what is added") {
   IntervalSet s;
   using V = std::vector<std::pair<uint64_t, uint64_t>>;

@@ -78,6 +78,15 @@ int main(int argc, char **argv) {
                     "on demand (default: half the open-file hard limit)")
       ->check(CLI::PositiveNumber);
 
+  mount->add_flag("--io-uring", mo.io_uring,
+                  "take requests over FUSE's io_uring when the kernel offers it "
+                  "(/sys/module/fuse/parameters/enable_uring=Y), else /dev/fuse; "
+                  "the same as -o io_uring");
+  mount->add_option("--threads", mo.threads,
+                    "threads reading /dev/fuse (default: max(2, CPUs)); requests waiting "
+                    "for locks occupy none")
+      ->check(CLI::Range(1u, 1024u));
+
   int64_t lazy_flush_ms = mo.lazy_flush.count();
   mount->add_option("--lazy-flush-ms", lazy_flush_ms,
                     "longest time a lazily committed transaction stays not durable (1.." +

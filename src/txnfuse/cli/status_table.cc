@@ -195,6 +195,14 @@ std::string format_status(std::string_view text) {
     if (n && *n > 0) out += fmt::format(", oldest {} ms", or_dash(u64_field(*lazy, "oldest_ms")));
     out += fmt::format(" (flushed within {} ms)\n", or_dash(u64_field(*lazy, "flush_ms")));
   }
+  // How requests reach the daemon, and those waiting for locks (parked: on no thread).
+  auto transport = j.find("transport");
+  auto parked = j.find("parked");
+  if (transport != j.end() && transport->is_string() && parked != j.end() &&
+      parked->is_object())
+    out += fmt::format("requests: over {}; parked for locks: {} now, {} in total\n",
+                       transport->get<std::string>(), or_dash(u64_field(*parked, "now")),
+                       or_dash(u64_field(*parked, "total")));
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -22,6 +24,7 @@
 #include "store/error.h"
 #include "recovery/recover.h"
 #include "sync/stall_watchdog.h"
+#include "txnfuse/fuse/dev_loop.h"
 #include "txnfuse/txn/txn.h"
 
 namespace txnfs {
@@ -96,6 +99,11 @@ struct Session {
 
 }  // namespace
 
+unsigned fuse_threads(const MountOptions &opts) {
+  if (opts.threads) return opts.threads;
+  return std::max(2u, std::thread::hardware_concurrency());
+}
+
 int run_mount(const MountOptions &opts) {
   Fs fs;
   fs.opts = opts.fs;
@@ -164,7 +172,23 @@ int run_mount(const MountOptions &opts) {
       "txnfs", "-o",
       fmt::format("default_permissions,allow_other,fsname=txnfs:{},subtype=txnfs",
                   fs.paths.root)};
-  for (auto &o : opts.fuse_opts) {
+  // -o io_uring (or --io-uring): libfuse starts its ring threads at INIT when the kernel
+  // agrees (op_init in ops.cc); the option is passed on only by this flag.
+  fs.want_io_uring = opts.io_uring;
+  std::vector<std::string> fuse_opts;
+  for (auto &list : opts.fuse_opts) {
+    std::string rest;
+    for (size_t pos = 0; pos <= list.size();) {
+      size_t comma = std::min(list.find(',', pos), list.size());
+      std::string o = list.substr(pos, comma - pos);
+      pos = comma + 1;
+      if (o == "io_uring") fs.want_io_uring = true;
+      else if (!o.empty()) rest += (rest.empty() ? "" : ",") + o;
+    }
+    if (!rest.empty()) fuse_opts.push_back(rest);
+  }
+  if (fs.want_io_uring) fuse_opts.push_back("io_uring");
+  for (auto &o : fuse_opts) {
     argv_s.push_back("-o");
     argv_s.push_back(o);
   }
@@ -222,15 +246,17 @@ int run_mount(const MountOptions &opts) {
     ::close(ready_fd);
   }
 
-  fuse_loop_config *cfg = fuse_loop_cfg_create();
-  fuse_loop_cfg_set_clone_fd(cfg, 1);
-  // Requests may wait for locks; enough threads remain to serve the commit or abort
-  // that ends the wait.
-  fuse_loop_cfg_set_max_threads(cfg, 256);
-  // Idle workers beyond these exit: each holds a ~1 MiB request buffer.
-  fuse_loop_cfg_set_idle_threads(cfg, 8);
-  int rc = fuse_session_loop_mt(s.se, cfg);
-  fuse_loop_cfg_destroy(cfg);
+  // Resumed requests (park.h) run on these; their number bounds how many handlers
+  // unblocked by one commit run at once. Control requests that wait get threads of
+  // their own, as many as wait at once.
+  fs.resumer.start(2);
+  fs.control.start(1, true);
+  int rc = serve_dev_fuse(s.se, fuse_threads(opts));
+  // Unmounted: requests still parked are answered (the kernel has gone) and release what
+  // they hold before the transactions' threads stop.
+  if (size_t n = fs.locks.cancel_all(ENODEV)) spdlog::info("unmount: {} parked requests failed", n);
+  fs.resumer.stop();
+  fs.control.stop();
   fs.inval.stop();
   fs.txns->stop();
   watchdog.stop();

@@ -25,7 +25,15 @@ struct MountOptions {
   // 0: FdCache::default_capacity(), half the open-file hard limit.
   uint64_t fd_cache = 0;
   std::chrono::milliseconds lazy_flush = TxnLimits::kDefaultLazyFlush;
+  // FUSE over io_uring when the kernel offers it (else /dev/fuse, with one log line).
+  bool io_uring = false;
+  // Threads reading /dev/fuse; 0: max(2, number of CPUs). Requests waiting for locks
+  // occupy none (fuse/park.h).
+  unsigned threads = 0;
 };
+
+// The /dev/fuse pool size for `opts.threads`.
+unsigned fuse_threads(const MountOptions &opts);
 
 // Mounts and serves until unmounted. Throws Error (having changed nothing) when the
 // store cannot be served; returns the process exit status otherwise.

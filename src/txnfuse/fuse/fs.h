@@ -19,6 +19,7 @@
 
 #include "txnfuse/fuse/inode_table.h"
 #include "txnfuse/fuse/invalidator.h"
+#include "txnfuse/fuse/park.h"
 #include "txnfuse/txn/txn_env.h"
 
 namespace txnfs {
@@ -39,6 +40,10 @@ struct Fs : TxnEnv {
   InodePtr root;
   Invalidator inval;  // the kernel's caches; TxnEnv::cache points here
   std::unique_ptr<TxnManager> txns;
+  park::Pool resumer;  // runs parked requests again once their lock is granted
+  park::Pool control;  // runs control requests that wait (ops_ctl.cc)
+  bool want_io_uring = false;  // -o io_uring: take FUSE over io_uring if the kernel offers it
+  std::atomic<bool> io_uring{false};  // requests arrive over io_uring (seen by a request)
 };
 
 // The Fs a request belongs to.

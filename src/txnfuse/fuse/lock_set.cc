@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "store/unique_fd.h"
-#include "sync/stall_watchdog.h"
 #include "txnfs/txnfs.h"
 
 namespace txnfs {
@@ -37,8 +36,9 @@ bool valid_name(std::string_view n, bool dotdot_ok) {
 
 }  // namespace
 
-int acquire_lock_set(Fs &fs, Txn &t, std::string_view records,
-                     std::chrono::milliseconds timeout) {
+int acquire_lock_set(Fs &fs, const TxnPtr &txn, std::string_view records,
+                     std::chrono::milliseconds timeout, std::function<void(int)> done) {
+  Txn &t = *txn;
   // Invariant: refs[i] is the i-th NODE/CHILD record, nullopt when it did not resolve;
   // a lock on an unresolved reference is left out (its requests lock as usual).
   std::vector<std::optional<Ref>> refs;
@@ -100,16 +100,23 @@ int acquire_lock_set(Fs &fs, Txn &t, std::string_view records,
   }
   if (t.state.load() != TXNFS_ACTIVE) return ENOENT;
   if (fs.locks.counts(t).first != 0) return EBUSY;
-  stall::expect_wait(timeout);  // waiting up to the set's timeout is not a stall
-  if (int err = fs.locks.acquire_set(t, set, timeout)) return err;
   // Ended while it waited (its owner died: the reaper aborted it, releasing what it held,
   // which was nothing yet): the locks just granted must not outlive it.
-  int s = t.state.load();
-  if (s != TXNFS_ACTIVE && s != TXNFS_ABORT_ONLY) {
-    fs.locks.release_all(t);
-    return ENOENT;
-  }
-  return 0;
+  auto granted = [&fs, txn](int err) {
+    if (err) return err;
+    int s = txn->state.load();
+    if (s != TXNFS_ACTIVE && s != TXNFS_ABORT_ONLY) {
+      fs.locks.release_all(*txn);
+      return ENOENT;
+    }
+    return 0;
+  };
+  // The wait occupies no thread (a ring thread must not wait up to the set's 20 s):
+  // the outcome is handed to `done` from the resume threads.
+  int err = fs.locks.acquire_set_async(t, set, timeout, [&fs, granted, done](int e) {
+    fs.resumer.post([granted, done, e] { done(granted(e)); });
+  });
+  return err == LockManager::kParked ? err : granted(err);
 }
 
 }  // namespace txnfs

@@ -2,17 +2,48 @@
 
 #include <atomic>
 #include <cerrno>
+#include <utility>
 
 #include "store/crash_point.h"
+#include "txnfuse/fuse/park.h"
 #include "sync/stall_watchdog.h"
 
 namespace txnfs {
 
 namespace {
 std::atomic<uint64_t> next_plain_id{uint64_t(1) << 62};
+thread_local std::unique_ptr<Op::State> adopted;
+}  // namespace
+
+Op::State::~State() {
+  if (plain) fs->locks.release_all(*plain);
+  if (entered) {
+    fs->txns->leave(*txn);
+    if (mutating) TXNFS_CRASH_POINT("txn.after_change");
+  }
 }
 
+Op::State &Op::State::operator=(State &&o) noexcept {
+  fs = o.fs;
+  txn = std::move(o.txn);
+  plain = std::move(o.plain);
+  entered = std::exchange(o.entered, false);
+  mutating = std::exchange(o.mutating, false);
+  doomed = std::exchange(o.doomed, false);
+  err = std::exchange(o.err, 0);
+  return *this;
+}
+
+void Op::adopt_next(std::unique_ptr<State> s) { adopted = std::move(s); }
+void Op::drop_adopted() { adopted.reset(); }
+
 Op::Op(fuse_req_t req) : req_(req), fs_(fs_of(req)) {
+  if (adopted) {  // a parked request runs again: it goes on where it was
+    s_ = std::move(*adopted);
+    adopted.reset();
+    return;
+  }
+  s_.fs = &fs_;
   TxnManager &tm = *fs_.txns;
   if (!tm.any_open()) {
     // Fast path. begin() waits for these to drain before its transaction acts.
@@ -23,25 +54,20 @@ Op::Op(fuse_req_t req) : req_(req), fs_(fs_of(req)) {
     }
     fs_.unlocked_inflight.fetch_sub(1, std::memory_order_seq_cst);
   }
-  txn_ = tm.bound(fuse_req_ctx(req)->pid);
-  if (txn_) {
-    err_ = tm.enter(*txn_);
-    entered_ = err_ == 0;
-    if (err_ && txn_->state.load() == TXNFS_ABORT_ONLY) {
-      doomed_ = true;  // see read_error()
-      txn_.reset();
+  s_.txn = tm.bound(fuse_req_ctx(req)->pid);
+  if (s_.txn) {
+    s_.err = tm.enter(*s_.txn);
+    s_.entered = s_.err == 0;
+    if (s_.err && s_.txn->state.load() == TXNFS_ABORT_ONLY) {
+      s_.doomed = true;  // see read_error()
+      s_.txn.reset();
     }
   }
-  if (!txn_) plain_ = std::make_unique<LockOwner>(next_plain_id++);
+  if (!s_.txn) s_.plain = std::make_unique<LockOwner>(next_plain_id++);
 }
 
 Op::~Op() {
   if (lockless_) fs_.unlocked_inflight.fetch_sub(1, std::memory_order_seq_cst);
-  if (plain_) fs_.locks.release_all(*plain_);
-  if (entered_) {
-    fs_.txns->leave(*txn_);
-    if (mutating_) TXNFS_CRASH_POINT("txn.after_change");
-  }
 }
 
 int Op::lock(const LockKey &key, LockMode mode) {
@@ -49,15 +75,56 @@ int Op::lock(const LockKey &key, LockMode mode) {
   // A plain change must not land on what a rollback of a lazily committed transaction
   // would undo: every lazy commit becomes durable first (docs/crash-model.md). Checked
   // once the lock is held: no transaction can commit lazily on this object after that.
-  auto plain_change = [&] { return change && !txn_ ? fs_.txns->before_plain_change() : 0; };
+  TxnPtr txn = s_.txn;
+  auto plain_change = [&] { return change && !txn ? fs_.txns->before_plain_change() : 0; };
   if (lockless_) return plain_change();
-  if (change) mutating_ = true;
-  LockOwner &owner = txn_ ? static_cast<LockOwner &>(*txn_) : *plain_;
-  auto timeout = fs_.txns->lock_timeout(txn_.get());
-  stall::expect_wait(timeout);  // waiting up to the lock timeout is not a stall
-  int err = fs_.locks.acquire(owner, key, mode, timeout);
-  if (err && txn_) txn_->doom(err);
+  if (change) s_.mutating = true;
+  LockOwner &owner = txn ? static_cast<LockOwner &>(*txn) : *s_.plain;
+  auto timeout = fs_.txns->lock_timeout(txn.get());
+  int err;
+  if (park::current()) {
+    err = fs_.locks.try_acquire(owner, key, mode);
+    if (err == EWOULDBLOCK) err = park(owner, key, mode, timeout);
+  } else {
+    stall::expect_wait(timeout);  // waiting up to the lock timeout is not a stall
+    err = fs_.locks.acquire(owner, key, mode, timeout);
+  }
+  if (err && txn) txn->doom(err);
   return err ? err : plain_change();
+}
+
+int Op::park(LockOwner &owner, const LockKey &key, LockMode mode,
+             std::chrono::milliseconds timeout) {
+  // Everything the request needs to go on lives in `p` before the wait is queued: the
+  // lock may be granted, and the continuation run, before acquire_async returns.
+  struct Parked {
+    fuse_req_t req;
+    std::function<void()> rerun;
+    std::unique_ptr<State> state;
+  };
+  auto p = std::make_shared<Parked>();
+  p->req = req_;
+  p->rerun = park::current()->capture();
+  p->state = std::make_unique<State>(std::move(s_));
+  Fs *fs = &fs_;
+  int err = fs_.locks.acquire_async(owner, key, mode, timeout, [p, fs](int e) {
+    fs->resumer.post([p, e] {
+      if (e == 0) {  // granted: the handler runs again, finding the lock held
+        adopt_next(std::move(p->state));
+        p->rerun();
+        drop_adopted();
+        return;
+      }
+      // Timed out (the transaction becomes abort-only, as for a wait that fails at
+      // once), or its transaction ended, or the daemon unmounts.
+      if (e == ETIMEDOUT && p->state->txn) p->state->txn->doom(e);
+      fuse_reply_err(p->req, e);
+      p->state.reset();
+    });
+  });
+  if (err == LockManager::kParked) throw park::Unwind{};
+  s_ = std::move(*p->state);  // answered at once: go on in this run
+  return err;
 }
 
 int Op::lock_entry(uint64_t dir, const char *name, bool write) {
@@ -68,7 +135,7 @@ int Op::lock_entry(uint64_t dir, const char *name, bool write) {
 void Op::set_timeouts(fuse_entry_param &e, bool changed_entry) const {
   if (e.ino) adjust(e.attr);
   e.attr_timeout = attr_timeout(e.ino);
-  e.entry_timeout = (txn_ && changed_entry) ? 0 : fs_.opts.entry_timeout;
+  e.entry_timeout = (s_.txn && changed_entry) ? 0 : fs_.opts.entry_timeout;
 }
 
 double Op::attr_timeout(uint64_t nodeid) const {
@@ -80,13 +147,13 @@ double Op::attr_timeout(uint64_t nodeid) const {
   // are dropped from the kernel's cache when the transaction ends, with everything else
   // it touched (TxnManager::finish). An object that existed before is shared: what the
   // transaction changed of it must not outlive the reply.
-  if (txn_ && txn_->changed_shared(nodeid)) return 0;
+  if (s_.txn && s_.txn->changed_shared(nodeid)) return 0;
   return fs_.opts.attr_timeout;
 }
 
 Op::Target Op::on(uint64_t nodeid) {
   Target t{inode_of(req_, nodeid)};
-  t.err = err_ ? err_ : !t.inode ? ESTALE : 0;
+  t.err = s_.err ? s_.err : !t.inode ? ESTALE : 0;
   return t;
 }
 

@@ -3,7 +3,9 @@
 //   - it finds the transaction the calling thread belongs to (or none);
 //   - lock() takes the locks the request needs: a transaction keeps them until it
 //     ends, a plain request only until its reply (it behaves as a one-operation
-//     transaction); while no transaction is open, plain requests take no locks;
+//     transaction); while no transaction is open, plain requests take no locks. A lock
+//     that must wait parks the request (park.h): lock() does not return, the handler
+//     is unwound, and runs again from the start once the lock is granted;
 //   - cacheable() says whether the kernel may cache what the reply returns:
 //     nothing a transaction sees may outlive it in a kernel cache.
 #pragma once
@@ -16,6 +18,23 @@ namespace txnfs {
 
 class Op {
  public:
+  // What a request keeps from one run of its handler to the next while it is parked.
+  struct State {
+    Fs *fs = nullptr;
+    TxnPtr txn;
+    std::unique_ptr<LockOwner> plain;  // a plain request's own locks
+    bool entered = false;   // counted in its transaction's requests in flight
+    bool mutating = false;  // took an X or IX lock: the request changes the tree
+    bool doomed = false;    // its transaction is abort-only: served as a plain request
+    int err = 0;
+    State() = default;
+    // A moved-from State is empty: it releases and leaves nothing.
+    State(State &&o) noexcept { *this = std::move(o); }
+    State &operator=(State &&o) noexcept;
+    // Releases a plain request's locks; leaves its transaction.
+    ~State();
+  };
+
   explicit Op(fuse_req_t req);
   ~Op();
   Op(const Op &) = delete;
@@ -23,15 +42,15 @@ class Op {
 
   // Non-zero when the request must fail before it starts (its transaction is
   // abort-only or ending, or over its limits).
-  int error() const { return err_; }
+  int error() const { return s_.err; }
   // For requests that only read (getattr, lookup): a transaction that can only abort
   // is still served -- as a plain request, seeing the committed state it will return
   // to -- so that its own thread can reach the control channel to end it.
-  int read_error() const { return doomed_ ? 0 : err_; }
-  Txn *txn() const { return txn_.get(); }
-  bool cacheable() const { return !txn_; }
+  int read_error() const { return s_.doomed ? 0 : s_.err; }
+  Txn *txn() const { return s_.txn.get(); }
+  bool cacheable() const { return !s_.txn; }
   // A plain request while transactions are open: it must not see their changes.
-  bool plain_isolated() const { return !txn_ && !lockless_; }
+  bool plain_isolated() const { return !s_.txn && !lockless_; }
   Fs &fs() const { return fs_; }
 
   // The inode a request acts on, and the errno to reply with instead (0: go on).
@@ -49,7 +68,8 @@ class Op {
   Target on_read(uint64_t nodeid);
 
   // Takes `mode` on `key`; returns 0 or an errno to reply with. A transaction that
-  // cannot get a lock (deadlock victim, timeout) becomes abort-only.
+  // cannot get a lock (deadlock victim, timeout) becomes abort-only. Inside a wrapped
+  // handler a lock that must wait parks the request and throws park::Unwind.
   int lock(const LockKey &key, LockMode mode);
   int lock_object(uint64_t nodeid, LockMode mode) { return lock(LockKey::object(nodeid), mode); }
   // IX (or IS for reads) on the directory and X (or S) on the entry.
@@ -57,7 +77,7 @@ class Op {
 
   // Attributes as this request's transaction must see them.
   void adjust(struct stat &st) const {
-    if (txn_) txn_->adjust(st, fs_.nodeid_of(st.st_ino));
+    if (s_.txn) s_.txn->adjust(st, fs_.nodeid_of(st.st_ino));
     fs_.txns->adjust_lazy(st, fs_.nodeid_of(st.st_ino));
   }
 
@@ -68,16 +88,21 @@ class Op {
   void set_timeouts(fuse_entry_param &e, bool changed_entry = false) const;
   double attr_timeout(uint64_t nodeid) const;
 
+  // The next Op constructed on this thread continues with `s` (a resumed request).
+  static void adopt_next(std::unique_ptr<State> s);
+  // Drops a state adopt_next() left that no Op took.
+  static void drop_adopted();
+
  private:
+  // Parks the request until `mode` on `key` is granted; returns only when that wait was
+  // answered at once (0 or an errno), else throws park::Unwind.
+  int park(LockOwner &owner, const LockKey &key, LockMode mode,
+           std::chrono::milliseconds timeout);
+
   fuse_req_t req_;
   Fs &fs_;
-  TxnPtr txn_;
-  std::unique_ptr<LockOwner> plain_;  // a plain request's own locks
-  bool lockless_ = false;             // counted in fs.unlocked_inflight
-  bool entered_ = false;
-  bool doomed_ = false;  // its transaction is abort-only: served as a plain request
-  bool mutating_ = false;  // took an X or IX lock: the request changes the tree
-  int err_ = 0;
+  State s_;
+  bool lockless_ = false;  // counted in fs.unlocked_inflight
 };
 
 }  // namespace txnfs

@@ -1,11 +1,15 @@
 // The operation table and connection setup.
 #include <sys/stat.h>
 
+#include <functional>
+#include <memory>
+#include <optional>
 #include <tuple>
 
 #include <spdlog/spdlog.h>
 
 #include "txnfuse/fuse/fs.h"
+#include "txnfuse/fuse/park.h"
 #include "sync/stall_watchdog.h"
 
 namespace txnfs {
@@ -17,7 +21,7 @@ void add_ctl_ops(fuse_lowlevel_ops &ops);
 
 namespace {
 
-void op_init(void *, fuse_conn_info *conn) {
+void op_init(void *userdata, fuse_conn_info *conn) {
   // fuse_set_feature_flag() takes a capability only if the kernel offers it.
   auto want = [conn](uint64_t cap) { fuse_set_feature_flag(conn, cap); };
   // Handles that survive restarts: the kernel may LOOKUP(nodeid, "." / "..").
@@ -48,14 +52,22 @@ void op_init(void *, fuse_conn_info *conn) {
   // Receiving requests by splice makes libfuse 3.18 build a new pipe per request here
   // (fs.pipe-max-size 1 MiB < its buffer + header); reading into memory is cheaper.
   fuse_unset_feature_flag(conn, FUSE_CAP_SPLICE_READ);
-  // FUSE over io_uring runs handlers inline on a per-CPU ring thread; txnfs handlers
-  // block on transaction locks, so requests stay on /dev/fuse and the worker pool.
-  fuse_unset_feature_flag(conn, FUSE_CAP_OVER_IO_URING);
+  // FUSE over io_uring runs handlers inline on a per-CPU ring thread, which is fine
+  // because no handler waits for a lock (park.h). libfuse starts the ring only when the
+  // session was made with -o io_uring, and wants it by default when the kernel offers
+  // it (/sys/module/fuse/parameters/enable_uring).
+  Fs &fs = *static_cast<Fs *>(userdata);
+  if (!fs.want_io_uring) {
+    fuse_unset_feature_flag(conn, FUSE_CAP_OVER_IO_URING);
+  } else if (!fuse_set_feature_flag(conn, FUSE_CAP_OVER_IO_URING)) {
+    spdlog::warn("FUSE over io_uring is not offered by the kernel (is "
+                 "/sys/module/fuse/parameters/enable_uring Y?); serving /dev/fuse");
+  }
   spdlog::info("FUSE protocol {}.{}", conn->proto_major, conn->proto_minor);
 }
 
 // The handlers make_ops() wraps: every request runs inside a stall::InFlight scope,
-// so the watchdog sees it (stall_watchdog.h).
+// so the watchdog sees it (stall_watchdog.h), and may be parked and run again (park.h).
 fuse_lowlevel_ops handlers;
 
 // The nodeid a request is about: its argument at `Index` (-1: none).
@@ -63,6 +75,67 @@ template <int Index, typename... A>
 uint64_t node_arg(A... a) {
   if constexpr (Index < 0) return 0;
   else return uint64_t(std::get<Index>(std::forward_as_tuple(a...)));
+}
+
+// What a parked request keeps of one handler argument. Values are copied; pointers
+// into the request buffer (names, data, ioctl input) stay valid while the request is
+// parked (park.h); structures libfuse builds on its stack for the call are copied.
+template <typename T>
+struct Keep {
+  T v;
+  explicit Keep(T x) : v(x) {}
+  T get() const { return v; }
+};
+template <typename T>
+struct KeepCopy {
+  std::optional<T> v;
+  explicit KeepCopy(T *p) {
+    if (p) v = *p;
+  }
+  T *get() { return v ? &*v : nullptr; }
+};
+template <>
+struct Keep<fuse_file_info *> : KeepCopy<fuse_file_info> { using KeepCopy::KeepCopy; };
+template <>
+struct Keep<struct stat *> : KeepCopy<struct stat> { using KeepCopy::KeepCopy; };
+template <>
+struct Keep<fuse_bufvec *> : KeepCopy<fuse_bufvec> { using KeepCopy::KeepCopy; };
+
+template <auto Field, int NodeIndex, typename... A>
+void serve(const char *name, std::shared_ptr<void> buffer, A... a);
+
+// One call of handler `Field` with arguments `a` (the first is the request).
+template <auto Field, int NodeIndex, typename... A>
+class CallSite : public park::Site {
+ public:
+  CallSite(const char *name, std::shared_ptr<void> buffer, A... a)
+      : name_(name), buffer_(std::move(buffer)), args_(a...) {}
+  std::function<void()> capture() override {
+    if (!buffer_) buffer_ = park::take_loop_buffer();
+    auto kept = std::apply([](A... x) { return std::make_tuple(Keep<A>(x)...); }, args_);
+    return [name = name_, buffer = buffer_, kept]() mutable {
+      std::apply([&](auto &...k) { serve<Field, NodeIndex, A...>(name, buffer, k.get()...); },
+                 kept);
+    };
+  }
+
+ private:
+  const char *name_;
+  std::shared_ptr<void> buffer_;  // the request buffer, once a parked request owns it
+  std::tuple<A...> args_;
+};
+
+// Runs a handler, watched by the stall watchdog; a handler that parked its request
+// unwinds to here and the request is answered later (park.h).
+template <auto Field, int NodeIndex, typename... A>
+void serve(const char *name, std::shared_ptr<void> buffer, A... a) {
+  stall::InFlight in_flight(name, node_arg<NodeIndex>(a...));
+  CallSite<Field, NodeIndex, A...> site(name, std::move(buffer), a...);
+  park::Scope scope(&site);
+  try {
+    (handlers.*Field)(a...);
+  } catch (const park::Unwind &) {
+  }
 }
 
 }  // namespace
@@ -75,17 +148,17 @@ fuse_lowlevel_ops make_ops() {
   add_dir_ops(ops);
   add_ctl_ops(ops);
   handlers = ops;
-#define TXNFS_WATCHED(field, name, node_index)                            \
-  if (ops.field)                                                          \
-    ops.field = [](auto... a) {                                           \
-      stall::InFlight in_flight(name, node_arg<node_index>(a...));        \
-      handlers.field(a...);                                               \
-    };
-  ops.lookup = [](fuse_req_t req, fuse_ino_t parent, const char *name) {
-    stall::InFlight in_flight("LOOKUP", parent);
-    stall::lookup_hook(name);
-    handlers.lookup(req, parent, name);
+  static void (*lookup)(fuse_req_t, fuse_ino_t, const char *) = ops.lookup;
+  handlers.lookup = [](fuse_req_t req, fuse_ino_t parent, const char *name) {
+    stall::lookup_hook(name);  // (inside the watched scope: it simulates a stall)
+    lookup(req, parent, name);
   };
+#define TXNFS_WATCHED(field, name, node_index)                                      \
+  if (ops.field)                                                                    \
+    ops.field = [](auto... a) {                                                     \
+      serve<&fuse_lowlevel_ops::field, node_index>(name, nullptr, a...);            \
+    };
+  TXNFS_WATCHED(lookup, "LOOKUP", 1)
   TXNFS_WATCHED(forget, "FORGET", 1)
   TXNFS_WATCHED(getattr, "GETATTR", 1)
   TXNFS_WATCHED(setattr, "SETATTR", 1)

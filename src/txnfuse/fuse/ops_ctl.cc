@@ -22,6 +22,13 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
               unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz) {
   if (flags & FUSE_IOCTL_COMPAT) return (void)fuse_reply_err(req, ENOSYS);
   Fs &fs = fs_of(req);
+  // Requests that wait for other requests or for the kernel run on the control pool
+  // (park.h): on a thread that reads requests (a ring thread serves a CPU's queue) they
+  // could wait for a request queued behind them.
+  bool waits = cmd == TXNFS_IOC_BEGIN || cmd == TXNFS_IOC_COMMIT || cmd == TXNFS_IOC_ABORT ||
+               cmd == TXNFS_IOC_COMMIT2 || cmd == TXNFS_IOC_SYNC;
+  if (waits && !fs.control.mine() && park::current())
+    return fs.control.post(park::current()->capture());
   TxnManager &tm = *fs.txns;
   const fuse_ctx *ctx = fuse_req_ctx(req);
   auto in = [&](auto &v) {
@@ -92,8 +99,14 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
         t->declared.append(reinterpret_cast<const char *>(a->data), a->len);
         if (a->flags & TXNFS_LOCK_SET_LAST) records.swap(t->declared);
       }
-      if (a->flags & TXNFS_LOCK_SET_LAST)
-        err = acquire_lock_set(fs, *t, records, std::chrono::milliseconds(a->timeout_ms));
+      if (a->flags & TXNFS_LOCK_SET_LAST) {
+        err = acquire_lock_set(fs, t, records, std::chrono::milliseconds(a->timeout_ms),
+                               [req](int e) {
+                                 if (e) fuse_reply_err(req, e);
+                                 else fuse_reply_ioctl(req, 0, nullptr, 0);
+                               });
+        if (err == LockManager::kParked) return;  // answered when the set is granted
+      }
       if (err) return (void)fuse_reply_err(req, err);
       return (void)fuse_reply_ioctl(req, 0, nullptr, 0);
     }
@@ -106,6 +119,10 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
       j["inodes"] = {{"known", fs.inodes.size()},
                      {"fd_cache", fs.fds.size()},
                      {"fd_cache_capacity", fs.fds.capacity()}};
+      // How requests arrive (this one's transport), and those waiting for locks now and
+      // ever (park.h; lock sets included).
+      j["transport"] = fuse_req_is_uring(req) ? "io_uring" : "dev_fuse";
+      j["parked"] = {{"now", fs.locks.parked()}, {"total", fs.locks.parked_total()}};
       std::string json = j.dump();
       st->truncated = json.size() >= sizeof st->json;
       st->len = uint32_t(std::min(json.size(), sizeof st->json - 1));

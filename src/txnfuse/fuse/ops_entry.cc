@@ -505,9 +505,11 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
   if (!err && !dir) err = dir.err();
   if (!err && !newdir) err = newdir.err();
   if (err) return (void)fuse_reply_err(req, err);
-  int src = ::openat(dir.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (src < 0) return (void)fuse_reply_err(req, errno);
-  int dst = ::openat(newdir.get(), newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  // (Owned: a lock below may park the request, unwinding this handler.)
+  UniqueFd src_fd(::openat(dir.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!src_fd) return (void)fuse_reply_err(req, src_fd.err());
+  UniqueFd dst_fd(::openat(newdir.get(), newname, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  int src = src_fd.get(), dst = dst_fd ? dst_fd.get() : -1;
   struct stat sst, dst_st;
   bool same = false;
   if (stat_fd(src, &sst) == 0) err = op.lock_object(fs.nodeid_of(sst.st_ino), LockMode::X);
@@ -544,8 +546,6 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
   } catch (const std::exception &ex) {
     spdlog::error("recording rename {} -> {}: {}", name, newname, ex.what());
   }
-  ::close(src);
-  if (dst >= 0) ::close(dst);
   fuse_reply_err(req, err);
 }
 

@@ -214,9 +214,15 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
   std::vector<Txn::RowName> row_names;
   {
     lock_order::assert_none_held("a transaction's requests to finish");
-    stall::expect_wait(lock_timeout(t.get()));  // they may be waiting for locks
     MutexLock g(t->mu);
-    while (t->inflight != 0) t->idle.wait(t->mu);
+    while (t->inflight != 0) {
+      // A request of `t` parked for a lock (or its lock set) would hold the end up to its
+      // lock timeout: it fails now with ENOENT, as a request arriving after the commit or
+      // abort began does (enter()). Requests being served finish first; one may park
+      // after this pass, hence the next.
+      env_.locks.cancel(*t, ENOENT);
+      t->idle.wait_for(t->mu, std::chrono::milliseconds(10));
+    }
     log = t->log.get();
     row_names = t->row_names;
   }
