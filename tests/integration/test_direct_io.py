@@ -95,20 +95,11 @@ def _write_as_nobody(path, mount=None):
     return mode
 
 
-def _setid_file(path, mode):
-    tl.write_file(path, b"original\n")
-    os.chmod(path, mode)
-
-
 @pytest.mark.parametrize("how", ["no transaction open", "another transaction open",
                                  "inside the writer's transaction"])
 def test_write_by_another_user_clears_setid_bits_as_xfs(mnt, xfs, how):
     ref_dir, d = xfs.dir / "ref", mnt.path / "d"
-    for root in (ref_dir, d):
-        root.mkdir()
-        os.chmod(root, 0o777)
-        for mode in MODES:
-            _setid_file(root / f"f{mode:o}", mode)
+    tl.setid_trees((ref_dir, d), MODES)
     # (thread-bound to this thread; the writers are other processes)
     other = tl.txn_begin(mnt.path) if how == "another transaction open" else None
     own = mnt.path if how == "inside the writer's transaction" else None

@@ -115,12 +115,7 @@ def _fallocate(path):
                          ids=["truncate", "open-O_TRUNC", "fallocate"])
 def test_unprivileged_change_clears_setid_bits_as_xfs(mnt, xfs, change):
     ref, d = xfs.dir / "ref", mnt.path / "d"
-    for root in (ref, d):
-        root.mkdir()
-        os.chmod(root, 0o777)
-        for mode in MODES:
-            tl.write_file(root / f"f{mode:o}", b"original\n")
-            os.chmod(root / f"f{mode:o}", mode)
+    tl.setid_trees((ref, d), MODES)
     for mode in MODES:
         tl.as_user(change, str(ref / f"f{mode:o}"))
         tl.as_user(change, str(d / f"f{mode:o}"))

@@ -744,3 +744,15 @@ def wait_until(pred, timeout=5.0, interval=0.05):
 
 
 __all__ = [n for n in dir() if not n.startswith("_")] + ["errno"]
+
+
+def setid_trees(roots, modes):
+    """Makes each directory of ROOTS (mode 0777, so that another user may write in it)
+    with one file per mode of MODES, f<octal mode>, holding b"original\n": the same
+    set-ID cases on the mount and on raw XFS for a side-by-side comparison."""
+    for root in roots:
+        root.mkdir()
+        os.chmod(root, 0o777)
+        for mode in modes:
+            write_file(root / f"f{mode:o}", b"original\n")
+            os.chmod(root / f"f{mode:o}", mode)
