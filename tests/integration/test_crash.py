@@ -91,6 +91,45 @@ def test_crash_points_are_documented():
         "tests/crash/run --list-points --markdown")
 
 
+class _State:
+    """A thread's tree as the checker compares it: its description."""
+    def __init__(self, d):
+        self.d = d
+
+    def describe(self):
+        return self.d
+
+
+def _workload(histories, bases):
+    from types import SimpleNamespace
+    hist = [[{"part": _State(d), "txid": tx, "lazy": lazy, "start": start, "ack": ack}
+             for tx, d, lazy, start, ack in h] for h in histories]
+    return SimpleNamespace(history=hist, base=[_State(b) for b in bases],
+                           inflight=[None] * len(bases))
+
+
+def test_checker_reads_a_commit_that_changed_nothing_both_ways():
+    """A transaction that changed nothing leaves its thread in the state before it, so
+    the tree after a crash cannot tell whether it survived. The suffix check must not
+    count it as surviving when a lost commit came before it (the checker did, and CI
+    once failed on a consistent crash); a commit that did change something and
+    survived a lost earlier one is still a violation."""
+    # thread 0: lazy txn 115 (A -> B, acknowledged at t=1) is lost;
+    # thread 1: txn 116 (begun at t=2) changed nothing (C -> C), txn 117 (C -> D) lazy
+    wl = _workload([[(115, "B", True, 0.5, 1.0)],
+                    [(116, "C", True, 2.0, 2.5), (117, "D", True, 3.0, 3.5)]],
+                   ["A", "C"])
+    v = crashlib.judge_crash(wl, ["A", "C"], {}, set())
+    assert v.problems == [] and v.lost == 3, v
+    v = crashlib.judge_crash(wl, ["A", "D"], {}, set())
+    assert len(v.problems) == 1 and "not a suffix" in v.problems[0], v
+    assert "thread 1 txn 117" in v.problems[0]
+    # a durable commit cannot be lost, whichever reading
+    wl = _workload([[(7, "B", False, 0.0, 1.0), (8, "B", True, 2.0, 2.5)]], ["A"])
+    assert crashlib.judge_crash(wl, ["B"], {}, set()).problems == []
+    assert "committed durably but is lost" in crashlib.judge_crash(wl, ["A"], {}, set()).problems[0]
+
+
 def test_crash_at_is_checked():
     """An unknown point or a bad count in TXNFS_CRASH_AT makes every command refuse."""
     import subprocess
