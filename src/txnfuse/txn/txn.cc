@@ -283,8 +283,12 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
   {
     // Each object and each name once: a transaction that made thousands of files in one
     // directory drops that directory's attributes and listing once, not per name.
+    // An object the transaction made was reachable by it alone, so what the kernel
+    // caches of it is what the commit made committed: only an abort drops it (and its
+    // pages, which a read after the commit would otherwise find).
     MutexLock g(t->mu);
-    for (auto &[nodeid, o] : t->objects) env_.cache->inode(nodeid);
+    for (auto &[nodeid, o] : t->objects)
+      if (!commit || !o.created) env_.cache->inode(nodeid);
     uint64_t last_dir = 0;
     for (auto &[dir, name] : t->entries) {
       env_.cache->entry(dir, name);
