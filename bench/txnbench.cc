@@ -48,6 +48,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <dirent.h>
@@ -281,6 +282,21 @@ struct TreeStats {
     uint64_t files = 0, dirs = 0, bytes = 0, empty = 0, max = 0, median = 0, max_depth = 0;
 };
 
+// Files and directories below DIR as tar_extract counts an extraction (symbolic links
+// are not counted: a package's may point out of the tree), and the files' bytes.
+TreeStats count_tree(const std::string &dir) {
+    TreeStats t;
+    for (auto &e : fsys::recursive_directory_iterator(dir)) {
+        if (e.is_symlink()) continue;
+        if (e.is_directory()) ++t.dirs;
+        else if (e.is_regular_file()) {
+            ++t.files;
+            t.bytes += e.file_size();
+        }
+    }
+    return t;
+}
+
 // A source-like tree: 700 directories of realistic names nested up to 8 deep, files
 // spread unevenly over them (a few big directories, many small ones), sizes log-normal
 // (median about 6 KiB, a long tail to 2 MiB, 2% empty) rescaled to the requested mean,
@@ -447,6 +463,7 @@ bool txn_cfg(Cfg c) { return c == T || c == L; }
 
 struct Options {
     std::string xfs_dir, mount, store, work, txnfs, tarball, csv, trace;
+    std::string tree_from;  // tar this directory (a package's files) instead of a generated tree
     pid_t daemon = 0;
     int reps = 3;
     uint64_t files = 1000;
@@ -616,6 +633,7 @@ struct Bench {
     void files_pair(Cfg c, int rep, int order, uint64_t size, Tracer *tr);
     // ---- workloads 3 and 4: tar ----
     void tar_extract(Cfg c, int rep, int order, Tracer *tr);
+    void remove_tree(Cfg c, int rep, int order, const std::string &wd);
     void tar_abort(int rep, Tracer *tr);
     // ---- workload 5 ----
     void rss_run();
@@ -841,6 +859,7 @@ void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
     // Check (untimed): every file and directory arrived.
     uint64_t nf = 0, nd = 0;
     for (auto &e : fsys::recursive_directory_iterator(wd)) {
+        if (e.is_symlink()) continue;  // a package's link may point out of the tree
         if (e.is_directory()) ++nd;
         else if (e.is_regular_file()) ++nf;
     }
@@ -848,7 +867,29 @@ void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
         fail(fmt::format("tar on {}: {} files and {} directories extracted, want {} and {}", kCfgName[c], nf, nd,
                          tree.files, tree.dirs));
     record(s);
+    if (want.count("rm")) remove_tree(c, rep, order, wd);
     workdirs.remove(wd);
+}
+
+// rm -rf of an extraction (T: in a transaction of its own, commit included).
+void Bench::remove_tree(Cfg c, int rep, int order, const std::string &wd) {
+    std::string errf = fmt::format("{}/rm.{}.{}.err", opt.work, kCfgName[c], rep);
+    std::vector<std::string> argv;
+    if (c == T) argv = {opt.txnfs, "run", opt.mount, "--"};
+    if (c == L) argv = {opt.txnfs, "run", "--lazy", opt.mount, "--"};
+    for (auto &a : {std::string("rm"), std::string("-rf"), wd}) argv.push_back(a);
+    quiesce();
+    Sample s{.workload = "rm", .cfg = c, .rep = rep, .order = order, .files = tree.files, .bytes = tree.bytes};
+    double cpu0 = read_cpu(opt.daemon);
+    double t0 = now_mono();
+    int st = run_wait(argv, "", errf);
+    s.secs = now_mono() - t0;
+    s.daemon_cpu = read_cpu(opt.daemon) - cpu0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail(fmt::format("rm -rf on {} failed ({}):\n{}", kCfgName[c], describe_status(st), last_lines(read_file(errf), 8)));
+    if (fsys::exists(wd)) fail(fmt::format("rm -rf on {}: {} is still there", kCfgName[c], wd));
+    s.sync_after = time_syncfs();
+    record(s);
 }
 
 void Bench::tar_abort(int rep, Tracer *tr) {
@@ -1012,15 +1053,22 @@ void Bench::rss_run() {
 void Bench::prepare_tarball() {
     std::string src = opt.work + "/tree-src";
     opt.tarball = opt.work + "/tree.tar";
-    fmt::print(stderr, "txnbench: generating the source tree ({} files, {} directories, mean {} KiB, seed {})\n",
-               opt.tree.files, opt.tree.dirs, opt.tree.mean_kib, opt.tree.seed);
-    tree = gen_tree(src, opt.tree);
+    if (!opt.tree_from.empty()) {
+        src = opt.tree_from;
+        tree = count_tree(src);
+        fmt::print(stderr, "txnbench: the tree of {} ({} files, {} directories, {} bytes)\n", src, tree.files,
+                   tree.dirs, tree.bytes);
+    } else {
+        fmt::print(stderr, "txnbench: generating the source tree ({} files, {} directories, mean {} KiB, seed {})\n",
+                   opt.tree.files, opt.tree.dirs, opt.tree.mean_kib, opt.tree.seed);
+        tree = gen_tree(src, opt.tree);
+    }
     int st = run_wait({"tar", "-cf", opt.tarball, "--sort=name", "--owner=0", "--group=0", "--numeric-owner",
                        "--mtime=@1700000000", "-C", src, "."},
                       "", opt.work + "/tar-create.err");
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         fail(fmt::format("tar -cf failed ({}): {}", describe_status(st), read_file(opt.work + "/tar-create.err")));
-    fsys::remove_all(src);
+    if (opt.tree_from.empty()) fsys::remove_all(src);
     struct stat sb {};
     if (stat(opt.tarball.c_str(), &sb) != 0) sys_fail("stat", opt.tarball);
     tar_bytes = static_cast<uint64_t>(sb.st_size);
@@ -1050,6 +1098,7 @@ void Bench::run() {
         start_threads = m.threads;
     }
     bool has_t = std::find(cfgs.begin(), cfgs.end(), T) != cfgs.end();
+    if (want.count("rm")) want.insert("tar");  // rm removes what tar extracted
     if (want.count("tar") || want.count("abort")) prepare_tarball();
     for (int rep = 0; rep < opt.reps; ++rep) {
         std::vector<Cfg> order;
@@ -1214,6 +1263,26 @@ void Bench::report() const {
         fmt::print("{}\n", line);
     }
 
+    // extraction and removal against raw XFS (the targets are for a real package's tree)
+    if (has(X) && (has(P) || has(T))) {
+        bool any = false;
+        for (auto [wl, tp, tt] : {std::tuple{"tar", 2.5, 3.0}, std::tuple{"rm", 2.0, 3.0}}) {
+            double x = med(wl, X, &Sample::secs);
+            if (x <= 0) continue;
+            if (!any)
+                fmt::print("\nagainst raw XFS{}: plain (P) and in one transaction (T, commit included)\n",
+                           opt.tree_from.empty() ? " (a generated tree; the targets are for a package's files)"
+                                                 : " (" + opt.tree_from + ")");
+            any = true;
+            for (auto [c, target] : {std::pair{P, tp}, std::pair{T, tt}}) {
+                if (!has(c)) continue;
+                double r = med(wl, c, &Sample::secs) / x;
+                fmt::print("  {:<4} {}/X {:>7}   target <= {:.1f}x   {}\n", wl, kCfgName[c],
+                           ratio(med(wl, c, &Sample::secs), x), target, r <= target ? "ok" : "MISSED");
+            }
+        }
+    }
+
     // abort
     bool abort_ok = true;
     bool have_abort = std::any_of(samples.begin(), samples.end(), [](auto &s) { return s.workload == "abort"; });
@@ -1310,10 +1379,10 @@ int run_main(Options opt) {
         for (std::string s; std::getline(ss, s, ',');)
             if (!s.empty()) b.sizes.push_back(parse_size(s));
         std::stringstream ws(opt.workloads);
-        static const std::set<std::string> known = {"write", "overwrite", "tar", "abort", "rss"};
+        static const std::set<std::string> known = {"write", "overwrite", "tar", "rm", "abort", "rss"};
         for (std::string s; std::getline(ws, s, ',');) {
             if (s.empty()) continue;
-            if (!known.count(s)) fail("unknown workload '" + s + "' (write,overwrite,tar,abort,rss)");
+            if (!known.count(s)) fail("unknown workload '" + s + "' (write,overwrite,tar,rm,abort,rss)");
             b.want.insert(s);
         }
         std::stringstream cs(opt.configs);
@@ -1389,12 +1458,14 @@ int main(int argc, char **argv) {
     run->add_option("--reps", opt.reps, "repetitions (median is reported)")->check(CLI::PositiveNumber)->capture_default_str();
     run->add_option("--files", opt.files, "files per write/overwrite sample")->check(CLI::PositiveNumber)->capture_default_str();
     run->add_option("--sizes", opt.sizes, "file sizes for write/overwrite")->capture_default_str();
-    run->add_option("--workloads", opt.workloads, "subset of write,overwrite,tar,abort,rss")->capture_default_str();
+    run->add_option("--workloads", opt.workloads, "subset of write,overwrite,tar,rm,abort,rss (rm: rm -rf of each extraction)")->capture_default_str();
     run->add_option("--configs", opt.configs, "subset of X,P,T,L (L: T committed lazily)")->capture_default_str();
     run->add_option("--tree-files", opt.tree.files, "files in the generated tree")->check(CLI::PositiveNumber)->capture_default_str();
     run->add_option("--tree-dirs", opt.tree.dirs, "directories in the generated tree")->check(CLI::PositiveNumber)->capture_default_str();
     run->add_option("--tree-mean-kib", opt.tree.mean_kib, "mean file size of the tree, KiB")->capture_default_str();
     run->add_option("--seed", opt.tree.seed, "seed of the generated tree")->capture_default_str();
+    run->add_option("--tree-from", opt.tree_from,
+                    "tar and rm: extract this directory's tree (e.g. a package's files) instead of a generated one");
     run->add_option("--rss-ops", opt.rss_ops, "operations in the RSS transaction (0: skip)")->capture_default_str();
     run->add_option("--rss-new", opt.rss_new, "at most this many new files in it")->capture_default_str();
     run->add_option("--rss-existing", opt.rss_existing, "existing 64 KiB files it overwrites and chmods")->capture_default_str();
