@@ -15,6 +15,15 @@ struct txnfs_ioc_begin {
   uint64_t id;      // out
 };
 
+// BEGIN2: begin with a per-transaction lock timeout (txnfs_begin2), one request.
+struct txnfs_ioc_begin2 {
+  uint32_t flags;            // in: enum txnfs_flags
+  int32_t pid;               // in: as in txnfs_ioc_begin
+  uint32_t lock_timeout_ms;  // in: as txnfs_set_lock_timeout's
+  uint32_t reserved;         // 0
+  uint64_t id;               // out
+};
+
 struct txnfs_ioc_id {
   uint64_t id;
 };
@@ -61,3 +70,4 @@ struct txnfs_ioc_lock_set {
 #define TXNFS_IOC_LOCK_SET _IOW(TXNFS_IOC_MAGIC, 7, struct txnfs_ioc_lock_set)
 #define TXNFS_IOC_COMMIT2 _IOW(TXNFS_IOC_MAGIC, 8, struct txnfs_ioc_commit)
 #define TXNFS_IOC_SYNC _IO(TXNFS_IOC_MAGIC, 9)
+#define TXNFS_IOC_BEGIN2 _IOWR(TXNFS_IOC_MAGIC, 10, struct txnfs_ioc_begin2)

@@ -81,6 +81,11 @@ int txnfs_info(const char *mount_path, txnfs_id_t id, struct txnfs_info *info);
  * quickly instead of after the mount's default. */
 int txnfs_set_lock_timeout(const char *mount_path, txnfs_id_t id, uint32_t ms);
 
+/* txnfs_begin and txnfs_set_lock_timeout(LOCK_TIMEOUT_MS) in one request to the daemon
+ * (what a caller that starts many short transactions, like the NFS bridge, saves). */
+int txnfs_begin2(const char *mount_path, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
+                 txnfs_id_t *id);
+
 /* Predeclared lock sets (docs/isolation.md): a transaction that knows what it will touch
  * before its first request acquires all of it at once. RECORDS is a sequence of
  * struct txnfs_lock_rec, each followed by its name (name_len bytes) and zero padding to
@@ -130,6 +135,8 @@ int txnfs_status_json(const char *mount_path, char *buf, size_t len);
  * identifies only the mount: a transaction is still bound to the calling thread or
  * process. -EBADF for a negative fd. */
 int txnfs_begin_fd(int fd, unsigned flags, pid_t pid, txnfs_id_t *id);
+int txnfs_begin2_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
+                   txnfs_id_t *id);
 int txnfs_commit_fd(int fd, txnfs_id_t id);
 int txnfs_commit2_fd(int fd, txnfs_id_t id, unsigned flags);
 int txnfs_sync_fd(int fd);

@@ -59,6 +59,21 @@ int txnfs_begin_fd(int fd, unsigned flags, pid_t pid, txnfs_id_t *id) {
   return rc;
 }
 
+int txnfs_begin2_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
+                   txnfs_id_t *id) {
+  if (id == NULL) return -EINVAL;
+  if (flags != TXNFS_BIND_THREAD && flags != TXNFS_BIND_PROCESS) return -EINVAL;
+  if (pid < 0 || (flags == TXNFS_BIND_THREAD && pid != 0)) return -EINVAL;
+  struct txnfs_ioc_begin2 arg;
+  memset(&arg, 0, sizeof arg);
+  arg.flags = flags;
+  arg.pid = (int32_t)pid;
+  arg.lock_timeout_ms = lock_timeout_ms;
+  int rc = control(fd, TXNFS_IOC_BEGIN2, &arg);
+  if (rc == 0) *id = arg.id;
+  return rc;
+}
+
 int txnfs_commit_fd(int fd, txnfs_id_t id) {
   struct txnfs_ioc_id arg = {.id = id};
   return control(fd, TXNFS_IOC_COMMIT, &arg);
@@ -166,6 +181,12 @@ int txnfs_status_json_fd(int fd, char *buf, size_t len) {
 int txnfs_begin(const char *mount_path, unsigned flags, pid_t pid, txnfs_id_t *id) {
   int fd = open_mount(mount_path);
   return fd < 0 ? fd : closing(fd, txnfs_begin_fd(fd, flags, pid, id));
+}
+
+int txnfs_begin2(const char *mount_path, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
+                 txnfs_id_t *id) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_begin2_fd(fd, flags, pid, lock_timeout_ms, id));
 }
 
 int txnfs_commit(const char *mount_path, txnfs_id_t id) {

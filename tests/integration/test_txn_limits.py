@@ -3,6 +3,8 @@ clear error, the transaction can then only abort, and the abort leaves no trace.
 import errno
 import os
 
+import pytest
+
 import snapshot as S
 import txnfs_lib as tl
 
@@ -147,3 +149,49 @@ def test_abort_only_transaction_that_changed_the_root_ends_from_its_own_thread(m
     assert rc == 0 and info.error == errno.EDQUOT, (rc, info.error)
     assert tl.txn_abort(mnt.path, tid) == 0
     S.assert_restored(mnt, before, "after aborting from its own thread")
+
+
+def test_begin2_sets_the_lock_timeout_in_the_same_request(mnt):
+    """txnfs_begin2 (and its _fd twin) begins with a lock timeout, as txnfs_begin followed
+    by txnfs_set_lock_timeout does: the wait for a held lock ends with ETIMEDOUT instead of
+    the mount's 10 s default. Bad arguments are refused before anything begins."""
+    import ctypes
+    from concurrent.futures import ThreadPoolExecutor
+
+    lib = tl.libtxnfs()
+    u64 = ctypes.c_uint64
+    lib.txnfs_begin2.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_int, ctypes.c_uint32,
+                                 ctypes.POINTER(u64)]
+    lib.txnfs_begin2_fd.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_int, ctypes.c_uint32,
+                                    ctypes.POINTER(u64)]
+    _populate(mnt.path)
+    before = S.stable_snapshot(mnt.path)
+    holder = ThreadPoolExecutor(1)
+    hid = holder.submit(tl.txn_begin, mnt.path).result()
+    holder.submit(tl.write_file, mnt.path / "keep" / "f0", b"held").result()
+    root = os.open(mnt.path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for begin in (lambda t: lib.txnfs_begin2(os.fsencode(str(mnt.path)), tl.TXNFS_BIND_THREAD,
+                                                 0, 150, ctypes.byref(t)),
+                      lambda t: lib.txnfs_begin2_fd(root, tl.TXNFS_BIND_THREAD, 0, 150,
+                                                    ctypes.byref(t))):
+            tid = u64(0)
+            assert begin(tid) == 0 and tid.value > 0
+            try:
+                with pytest.raises(OSError) as e:
+                    tl.write_file(mnt.path / "keep" / "f0", b"mine")
+                assert e.value.errno == errno.ETIMEDOUT
+                rc, info = tl.txn_info(mnt.path, tid.value)
+                assert rc == 0 and info.error == errno.ETIMEDOUT
+            finally:
+                assert tl.txn_abort(mnt.path, tid.value) == 0
+        tid = u64(0)
+        assert lib.txnfs_begin2_fd(root, tl.TXNFS_BIND_THREAD, 5, 150,
+                                   ctypes.byref(tid)) == -errno.EINVAL
+        assert lib.txnfs_begin2_fd(-1, tl.TXNFS_BIND_THREAD, 0, 150,
+                                   ctypes.byref(tid)) == -errno.EBADF
+    finally:
+        os.close(root)
+    assert holder.submit(tl.txn_abort, mnt.path, hid).result() == 0
+    holder.shutdown()
+    S.assert_restored(mnt, before, "after begin2's lock timeouts")

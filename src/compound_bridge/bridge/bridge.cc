@@ -149,7 +149,8 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
   if (!config.transactional(tag_view)) return verdict(TXNFS_BRIDGE_RUN);
   OpenTxn t{.id = 0, .minorversion = minorversion, .tag = shown(tag_view),
             .lazy = config.lazy(tag_view)};
-  int rc = txnfs_begin_fd(control_fd, TXNFS_BIND_THREAD, 0, &t.id);
+  // begin and this transaction's lock timeout in one request
+  int rc = txnfs_begin2_fd(control_fd, TXNFS_BIND_THREAD, 0, config.lock_timeout_ms, &t.id);
   if (rc != 0) {
     uint32_t status = refusal_status(-rc);
     logger.line("error: cannot begin a transaction on {} for COMPOUND v4.{} tag '{}': {}; "
@@ -157,13 +158,6 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
                 config.mount, minorversion, t.tag, std::strerror(-rc),
                 status == TXNFS_BRIDGE_NFS4ERR_DELAY ? "NFS4ERR_DELAY" : "NFS4ERR_SERVERFAULT");
     return verdict(TXNFS_BRIDGE_REFUSE, status);
-  }
-  rc = txnfs_set_lock_timeout_fd(control_fd, t.id, config.lock_timeout_ms);
-  if (rc != 0) {
-    logger.line("error: cannot set the lock timeout of transaction {}: {}; answering "
-                "NFS4ERR_SERVERFAULT without running it", t.id, std::strerror(-rc));
-    abort_txn(t);
-    return verdict(TXNFS_BRIDGE_REFUSE, TXNFS_BRIDGE_NFS4ERR_SERVERFAULT);
   }
   if (uint32_t status = predeclare(t, ops, ops_len)) {
     abort_txn(t);

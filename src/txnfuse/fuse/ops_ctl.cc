@@ -25,7 +25,8 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
   // Requests that wait for other requests or for the kernel run on the control pool
   // (park.h): on a thread that reads requests (a ring thread serves a CPU's queue) they
   // could wait for a request queued behind them.
-  bool waits = cmd == TXNFS_IOC_BEGIN || cmd == TXNFS_IOC_COMMIT || cmd == TXNFS_IOC_ABORT ||
+  bool waits = cmd == TXNFS_IOC_BEGIN || cmd == TXNFS_IOC_BEGIN2 || cmd == TXNFS_IOC_COMMIT ||
+               cmd == TXNFS_IOC_ABORT ||
                cmd == TXNFS_IOC_COMMIT2 || cmd == TXNFS_IOC_SYNC;
   if (waits && !fs.control.mine() && park::current())
     return fs.control.post(park::current()->capture());
@@ -41,6 +42,14 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
       txnfs_ioc_begin b;
       if (!in(b) || out_bufsz < sizeof b) return (void)fuse_reply_err(req, EINVAL);
       int err = tm.begin(ctx->uid, ctx->pid, b.flags, b.pid, &b.id);
+      if (err) return (void)fuse_reply_err(req, err);
+      return (void)fuse_reply_ioctl(req, 0, &b, sizeof b);
+    }
+    case TXNFS_IOC_BEGIN2: {
+      txnfs_ioc_begin2 b;
+      if (!in(b) || out_bufsz < sizeof b || b.reserved != 0) return (void)fuse_reply_err(req, EINVAL);
+      int err = tm.begin(ctx->uid, ctx->pid, b.flags, b.pid, &b.id);
+      if (!err) err = tm.set_lock_timeout(ctx->uid, b.id, b.lock_timeout_ms);  // cannot fail
       if (err) return (void)fuse_reply_err(req, err);
       return (void)fuse_reply_ioctl(req, 0, &b, sizeof b);
     }
