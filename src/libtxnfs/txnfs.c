@@ -46,30 +46,28 @@ static int control(int fd, unsigned long req, void *arg) {
   return 0;
 }
 
-int txnfs_begin_fd(int fd, unsigned flags, pid_t pid, txnfs_id_t *id) {
+/* The arguments begin and begin2 share: 0 or -EINVAL. */
+static int begin_args(unsigned flags, pid_t pid, const txnfs_id_t *id) {
   if (id == NULL) return -EINVAL;
   if (flags != TXNFS_BIND_THREAD && flags != TXNFS_BIND_PROCESS) return -EINVAL;
   if (pid < 0 || (flags == TXNFS_BIND_THREAD && pid != 0)) return -EINVAL;
-  struct txnfs_ioc_begin arg;
-  memset(&arg, 0, sizeof arg);
-  arg.flags = flags;
-  arg.pid = (int32_t)pid;
-  int rc = control(fd, TXNFS_IOC_BEGIN, &arg);
+  return 0;
+}
+
+int txnfs_begin_fd(int fd, unsigned flags, pid_t pid, txnfs_id_t *id) {
+  struct txnfs_ioc_begin arg = {.flags = flags, .pid = (int32_t)pid};  /* no padding */
+  int rc = begin_args(flags, pid, id);
+  if (rc == 0) rc = control(fd, TXNFS_IOC_BEGIN, &arg);
   if (rc == 0) *id = arg.id;
   return rc;
 }
 
 int txnfs_begin2_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
                    txnfs_id_t *id) {
-  if (id == NULL) return -EINVAL;
-  if (flags != TXNFS_BIND_THREAD && flags != TXNFS_BIND_PROCESS) return -EINVAL;
-  if (pid < 0 || (flags == TXNFS_BIND_THREAD && pid != 0)) return -EINVAL;
-  struct txnfs_ioc_begin2 arg;
-  memset(&arg, 0, sizeof arg);
-  arg.flags = flags;
-  arg.pid = (int32_t)pid;
-  arg.lock_timeout_ms = lock_timeout_ms;
-  int rc = control(fd, TXNFS_IOC_BEGIN2, &arg);
+  struct txnfs_ioc_begin2 arg = {
+      .flags = flags, .pid = (int32_t)pid, .lock_timeout_ms = lock_timeout_ms};  /* no padding */
+  int rc = begin_args(flags, pid, id);
+  if (rc == 0) rc = control(fd, TXNFS_IOC_BEGIN2, &arg);
   if (rc == 0) *id = arg.id;
   return rc;
 }
