@@ -6,9 +6,6 @@
 #include <unistd.h>
 #include <uuid/uuid.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include <fmt/format.h>
 
 #include "store/error.h"
@@ -510,37 +507,15 @@ void MetaDb::transaction(const std::function<void()> &fn) {
 // other connection to close (sqlite3, txnfs fsck) would then think it was the last,
 // checkpoint, and delete the WAL and shm files under this connection, whose later
 // commits would go to a deleted file and be lost at the next crash or unmount.
-// fdatasync of the WAL and of the database file through descriptors of our own, without
-// mu_: the sync takes about a millisecond here, and under mu_ it stalled every request
-// that records a handle (and every begin) behind each group commit. Syncing any
-// descriptor of a file makes all of its written data durable, so everything committed
-// before this call -- SQLite writes with pwrite, nothing is buffered in the process -- is
-// durable when it returns. The first sync also syncs the directory, as SQLite does after
-// creating the WAL (SQLITE_SYNC_NORMAL on a newly created journal).
 void MetaDb::sync() {
-  auto fsync_path = [&](const std::string &path, bool data_only) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno == ENOENT && &path != &path_) return;  // no WAL: nothing in it to sync
-      throw Error(fmt::format("fsync of {}: {}", path, std::strerror(errno)));
-    }
-    int rc = data_only ? ::fdatasync(fd) : ::fsync(fd);
-    int e = errno;
-    ::close(fd);
-    if (rc != 0) throw Error(fmt::format("fsync of {}: {}", path, std::strerror(e)));
-  };
-  std::string wal = path_ + "-wal";
-  fsync_path(wal, true);
-  fsync_path(path_, true);
-  if (!dir_synced_.exchange(true)) {
-    auto slash = path_.rfind('/');
-    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
-    try {
-      fsync_path(dir, false);
-    } catch (...) {
-      dir_synced_ = false;
-      throw;
-    }
+  RecursiveMutexLock g(mu_);
+  for (int op : {SQLITE_FCNTL_JOURNAL_POINTER, SQLITE_FCNTL_FILE_POINTER}) {
+    sqlite3_file *f = nullptr;
+    if (sqlite3_file_control(db_, "main", op, &f) != SQLITE_OK || !f || !f->pMethods) continue;
+    int rc = f->pMethods->xSync(f, SQLITE_SYNC_NORMAL);
+    if (rc != SQLITE_OK)
+      throw Error(fmt::format("fsync of {}{}: {}", path_,
+                              op == SQLITE_FCNTL_JOURNAL_POINTER ? "-wal" : "", sqlite3_errstr(rc)));
   }
 }
 

@@ -9,7 +9,6 @@
 // Durability: WAL mode, synchronous=NORMAL — a committed change survives a killed
 // process; sync() makes everything committed so far survive a power cut.
 #pragma once
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -142,7 +141,6 @@ class MetaDb {
   RecursiveMutex mu_{LockRank::kMetaDb};
   int tx_depth_ GUARDED_BY(mu_) = 0;
   int upgraded_from_ = 0;
-  std::atomic<bool> dir_synced_{false};  // sync(): the directory, once
   sqlite3_stmt *get_meta_ = nullptr, *set_meta_ = nullptr, *get_handle_ = nullptr,
                *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,
                *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr,

@@ -127,3 +127,31 @@ def test_fsck_reports_and_recovery_removes_stale_undo_records(store, xfs):
     tl.txnfs("recover", store.path, check=True)
     assert store.query("SELECT * FROM undo_records") == []
     assert store.fsck().returncode == 0
+
+
+def test_another_connection_closing_leaves_the_daemons_wal_alone(mnt, store):
+    """A user's own connection to meta.db (sqlite3, read-write as a tool might open it)
+    that closes while the store is mounted must not take the WAL from under the daemon:
+    SQLite deletes the WAL when it thinks the closing connection is the last, which it
+    would if the daemon's POSIX locks on the file were gone -- and closing any other fd of
+    the file drops them (a sync through a descriptor of our own once did). Commits made
+    after such a close are then lost at the next crash."""
+    import sqlite3
+
+    m = Path(mnt.path)
+    tid = tl.txn_begin(mnt.path)
+    tl.write_file(m / "before", b"1")
+    assert tl.txn_commit(mnt.path, tid) == 0        # a group commit: MetaDb::sync
+    wal = store.db.with_name(store.db.name + "-wal")
+    assert wal.exists()
+    c = sqlite3.connect(str(store.db))               # read-write, as a tool might
+    assert c.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+    c.close()
+    assert wal.exists(), "another connection's close deleted the daemon's WAL"
+    tid = tl.txn_begin(mnt.path)
+    tl.write_file(m / "after", b"2")
+    assert tl.txn_commit(mnt.path, tid) == 0
+    mnt.kill9()
+    mnt.mount()
+    assert (m / "before").read_bytes() == b"1"
+    assert (m / "after").read_bytes() == b"2", "a durable commit was lost after the close"
