@@ -388,6 +388,8 @@ def gen_case(seed: int, oracle: str, procs: int, nops: int) -> dict:
         case["bystander"] = seed % 2 == 0
     if oracle == "commit":      # every other seed commits lazily: the same results, at once
         case["lazy"] = seed % 2 == 1
+    if oracle in ("abort", "commit"):  # half the seeds begin with txnfs_begin2 (and a lock
+        case["begin2"] = seed % 4 >= 2  # timeout equal to the mount's default): same results
     if oracle == "crash":
         kind = rng.choice(("kill", "power", "inject"))
         case["crash"] = {"kind": kind, "after": rng.randrange(0, max(1, nops * procs)),
@@ -397,6 +399,10 @@ def gen_case(seed: int, oracle: str, procs: int, nops: int) -> dict:
         case["end"] = rng.choice(("abort", "commit"))
         case["txns"] = gen_txns(rng, nops)
     return case
+
+
+# txnfs_begin2's lock timeout in the fuzzer: the mount's default (--lock-timeout-ms)
+BEGIN2_LOCK_TIMEOUT_MS = 10000
 
 
 def gen_txns(rng, nops: int) -> dict:
@@ -1057,7 +1063,7 @@ class Fuzzer:
             raise Failure(oracle, "backups-left", f"STORE/.txnfs/backups after the run: {left[:10]}")
 
     def _run_group(self, root, lists, oracle, txn_bind=None, end=None, stop_after=None,
-                   crash_cb=None):
+                   crash_cb=None, begin2=False):
         """Runs the lists in a Group; with txn_bind (the mount) inside a transaction bound
         to the leader, ended by `end` ("commit" / "abort" / None: left open).
         Returns (results, end_rc, tid)."""
@@ -1065,9 +1071,14 @@ class Fuzzer:
         tid = None
         try:
             if txn_bind:
-                rc, tid = tl.txn_begin_rc(txn_bind, tl.TXNFS_BIND_PROCESS, g.leader)
+                if begin2:
+                    rc, tid = tl.txn_begin2_rc(txn_bind, tl.TXNFS_BIND_PROCESS, g.leader,
+                                               BEGIN2_LOCK_TIMEOUT_MS)
+                else:
+                    rc, tid = tl.txn_begin_rc(txn_bind, tl.TXNFS_BIND_PROCESS, g.leader)
                 if rc != 0:
-                    raise Failure(oracle, "begin", f"txnfs_begin: {os.strerror(-rc)}")
+                    raise Failure(oracle, "begin", f"txnfs_begin{'2' if begin2 else ''}: "
+                                                   f"{os.strerror(-rc)}")
             try:
                 res = g.run(lists, self.deadline, stop_after=stop_after,
                             on_step=crash_cb)
@@ -1100,7 +1111,8 @@ class Fuzzer:
         self._mount("a")
         populate(env.mnt, case["seed"], areas(case["procs"], case["shared"]))
         before = strip_atime(snap.stable_snapshot(env.mnt))
-        res, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt, "abort")
+        res, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt, "abort",
+                                     begin2=case.get("begin2", False))
         if rc != 0:
             raise Failure(oracle, "abort-rc", f"txnfs_abort returned {rc} ({os.strerror(-rc)})")
         after = strip_atime(snap.snapshot(env.mnt))
@@ -1124,7 +1136,8 @@ class Fuzzer:
         by = Bystander(env.mnt) if (not txn and case.get("bystander")) else None
         try:
             res_m, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt if txn else None,
-                                           "commit-lazy" if case.get("lazy") else "commit")
+                                           "commit-lazy" if case.get("lazy") else "commit",
+                                           begin2=case.get("begin2", False))
         finally:
             if by:
                 by.close()

@@ -95,6 +95,9 @@ def test_every_op_and_flag_is_generated():
         for oracle, procs in (("abort", 1), ("commit", 1), ("abort", 4)):
             st.count_ops(fz.gen_case(s, oracle, procs, OPS)["lists"])
     assert set(st.ops) == set(fz.GEN_OPS), sorted(set(fz.GEN_OPS) - set(st.ops))
+    # both ways of beginning a transaction (txnfs_begin, txnfs_begin2 with a lock timeout)
+    for oracle in ("abort", "commit"):
+        assert {fz.gen_case(s, oracle, 1, OPS)["begin2"] for s in range(4)} == {False, True}
     want = ([f"rename:{f}" for f in fz.RENAME_FLAGS] + [f"fallocate:{f}" for f in fz.FALLOC_FLAGS]
             + [f"open:{f}" for f in fz.OPEN_FLAGS] + [f"uid:{o}" for o in fz.AS_NOBODY]
             + [f"umask:{o}" for o in fz.UMASK_OPS])

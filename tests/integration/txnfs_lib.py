@@ -671,6 +671,17 @@ def txn_begin_rc(mount, flags=TXNFS_BIND_THREAD, pid=0):
     return rc, tid.value
 
 
+def txn_begin2_rc(mount, flags, pid, lock_timeout_ms):
+    """(rc, id) of txnfs_begin2: txnfs_begin with a lock timeout, in one request."""
+    lib = libtxnfs()
+    lib.txnfs_begin2.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_int, ctypes.c_uint32,
+                                 ctypes.POINTER(ctypes.c_uint64)]
+    lib.txnfs_begin2.restype = ctypes.c_int
+    tid = ctypes.c_uint64(0)
+    rc = lib.txnfs_begin2(os.fsencode(str(mount)), flags, pid, lock_timeout_ms, ctypes.byref(tid))
+    return rc, tid.value
+
+
 def txn_begin(mount, flags=TXNFS_BIND_THREAD, pid=0) -> int:
     rc, tid = txn_begin_rc(mount, flags, pid)
     if rc != 0:
