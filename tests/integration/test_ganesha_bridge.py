@@ -488,10 +488,12 @@ def test_deadlock_victim_answers_delay_and_rolls_back(mnt, servers):
     T1 then waits for y (held by T2). When T3 commits, T2 goes on to write x: that closes
     the cycle T2 -> T1 -> T2, and T2, the requester, is the victim. (Predeclared lock
     sets off: with them T2 would wait for all three before writing y, holding nothing,
-    test_lock_sets.py.)"""
+    test_lock_sets.py.) The bridge's lock timeout is raised from 250 ms to 10 s: T2 waits
+    for z until T3's durable commit, whose syncfs alone took longer than 250 ms on a loaded
+    CI machine -- T2 then timed out instead of meeting the deadlock this test is about."""
     for name in ("x", "y", "z"):
         tl.write_file(mnt.path / name, b"orig")
-    g = servers(bridge_options={"lock_set_timeout_ms": "0"})
+    g = servers(bridge_options={"lock_set_timeout_ms": "0", "lock_timeout_ms": "10000"})
     with nfs.Client(g.port) as c, ThreadPoolExecutor(max_workers=1) as nfs_thread:
         fx, fy, fz = fh_of(c, "x"), fh_of(c, "y"), fh_of(c, "z")
         t1, t3 = LocalTxn(mnt.path), LocalTxn(mnt.path)
