@@ -99,14 +99,11 @@ class Stack:
         try:
             # FUSE over io_uring, as scripts/up serves it (TXNFS_IO_URING=0: /dev/fuse);
             # the module parameter is restored by close()
-            self.io_uring = False
-            if os.environ.get("TXNFS_IO_URING", "1") != "0" and os.access(tl.URING_PARAM, os.W_OK):
-                self._uring_old = tl.URING_PARAM.read_text().strip()
-                if self._uring_old != "Y":
-                    tl.URING_PARAM.write_text("Y")
-                self.io_uring = True
-                if "--io-uring" not in self.txnfs_opts:
-                    self.txnfs_opts.append("--io-uring")
+            if os.environ.get("TXNFS_IO_URING", "1") != "0":
+                self._uring_old = tl.enable_uring()
+            self.io_uring = self._uring_old is not None
+            if self.io_uring and "--io-uring" not in self.txnfs_opts:
+                self.txnfs_opts.append("--io-uring")
             self.img = tl.XfsImage(size=image_gib << 30)
             self.store = tl.Store(self.img.dir / "store").init()
             self.mnt = tl.Mount(self.store, self.img.tmp / "mnt", self.img.tmp / "txnfs.pid")
@@ -176,11 +173,10 @@ class Stack:
         finally:
             if self.img is not None:
                 self.img.close()
-            if self._uring_old is not None and self._uring_old != "Y":
-                try:
-                    tl.URING_PARAM.write_text(self._uring_old)
-                except OSError as e:
-                    print(f"nfsstack: restoring {tl.URING_PARAM}: {e}", file=sys.stderr)
+            try:
+                tl.restore_uring(self._uring_old)
+            except OSError as e:
+                print(f"nfsstack: restoring {tl.URING_PARAM}: {e}", file=sys.stderr)
 
 
 def run_workload(stack: Stack, config: str, workload: str, args: list[str],

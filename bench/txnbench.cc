@@ -634,6 +634,13 @@ struct Bench {
     // ---- workloads 3 and 4: tar ----
     void tar_extract(Cfg c, int rep, int order, Tracer *tr);
     void remove_tree(Cfg c, int rep, int order, const std::string &wd);
+    // The command prefix that runs a command as configuration C does: T and L in one
+    // transaction of its own (`txnfs run [--lazy] MOUNT --`), X and P as it is.
+    std::vector<std::string> in_txn(Cfg c) const {
+        if (c == T) return {opt.txnfs, "run", opt.mount, "--"};
+        if (c == L) return {opt.txnfs, "run", "--lazy", opt.mount, "--"};
+        return {};
+    }
     void tar_abort(int rep, Tracer *tr);
     // ---- workload 5 ----
     void rss_run();
@@ -827,9 +834,7 @@ void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
     std::string wd = make_dir(c, fmt::format("r{}.tar", rep));
     std::string stampf = fmt::format("{}/stamp.{}.{}", opt.work, kCfgName[c], rep);
     std::string errf = fmt::format("{}/run.{}.{}.err", opt.work, kCfgName[c], rep);
-    std::vector<std::string> argv;
-    if (c == T) argv = {opt.txnfs, "run", opt.mount, "--"};
-    if (c == L) argv = {opt.txnfs, "run", "--lazy", opt.mount, "--"};
+    std::vector<std::string> argv = in_txn(c);
     for (auto &a : {self, std::string("stamp"), stampf, txn_cfg(c) ? backups : std::string("-"), std::string("--"),
                     std::string("tar"), std::string("-xf"), opt.tarball, std::string("-C"), wd})
         argv.push_back(a);
@@ -857,15 +862,10 @@ void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
     }
     s.sync_after = time_syncfs();
     // Check (untimed): every file and directory arrived.
-    uint64_t nf = 0, nd = 0;
-    for (auto &e : fsys::recursive_directory_iterator(wd)) {
-        if (e.is_symlink()) continue;  // a package's link may point out of the tree
-        if (e.is_directory()) ++nd;
-        else if (e.is_regular_file()) ++nf;
-    }
-    if (nf != tree.files || nd != tree.dirs)
-        fail(fmt::format("tar on {}: {} files and {} directories extracted, want {} and {}", kCfgName[c], nf, nd,
-                         tree.files, tree.dirs));
+    TreeStats got = count_tree(wd);
+    if (got.files != tree.files || got.dirs != tree.dirs)
+        fail(fmt::format("tar on {}: {} files and {} directories extracted, want {} and {}", kCfgName[c], got.files,
+                         got.dirs, tree.files, tree.dirs));
     record(s);
     if (want.count("rm")) remove_tree(c, rep, order, wd);
     workdirs.remove(wd);
@@ -874,9 +874,7 @@ void Bench::tar_extract(Cfg c, int rep, int order, Tracer *tr) {
 // rm -rf of an extraction (T: in a transaction of its own, commit included).
 void Bench::remove_tree(Cfg c, int rep, int order, const std::string &wd) {
     std::string errf = fmt::format("{}/rm.{}.{}.err", opt.work, kCfgName[c], rep);
-    std::vector<std::string> argv;
-    if (c == T) argv = {opt.txnfs, "run", opt.mount, "--"};
-    if (c == L) argv = {opt.txnfs, "run", "--lazy", opt.mount, "--"};
+    std::vector<std::string> argv = in_txn(c);
     for (auto &a : {std::string("rm"), std::string("-rf"), wd}) argv.push_back(a);
     quiesce();
     Sample s{.workload = "rm", .cfg = c, .rep = rep, .order = order, .files = tree.files, .bytes = tree.bytes};

@@ -70,12 +70,11 @@ def _io_uring():
     if not tl.io_uring_wanted():
         yield
         return
-    old = tl.URING_PARAM.read_text().strip()
-    tl.URING_PARAM.write_text("Y")
+    old = tl.enable_uring()
     try:
         yield
     finally:
-        tl.URING_PARAM.write_text(old)
+        tl.restore_uring(old)
 
 
 @pytest.fixture(autouse=True)

@@ -241,6 +241,23 @@ class Store:
 URING_PARAM = Path("/sys/module/fuse/parameters/enable_uring")
 
 
+def enable_uring() -> str | None:
+    """Switches the kernel's FUSE-over-io_uring on; returns the value to give back to
+    restore_uring(), or None when this process may not change it (not root, no such
+    kernel)."""
+    if not os.access(URING_PARAM, os.W_OK):
+        return None
+    old = URING_PARAM.read_text().strip()
+    if old != "Y":
+        URING_PARAM.write_text("Y")
+    return old
+
+
+def restore_uring(old: str | None) -> None:
+    if old is not None and old != "Y":
+        URING_PARAM.write_text(old)
+
+
 def io_uring_wanted() -> bool:
     """TXNFS_TEST_IO_URING=1: every Mount mounts with --io-uring (conftest switches
     enable_uring on for the session and restores it)."""
