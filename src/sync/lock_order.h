@@ -25,6 +25,9 @@
 //    90   Invalidator::mu_             kernel-cache invalidations queued for its thread
 //    95   TxnManager::lazy_mu_         links that logs of lazy commits not yet durable
 //                                      still hold on objects (read by getattr)
+//    96   TxnManager::writers_mu_      files transactions opened for writing (fd ->
+//                                      transaction), for the kernel's writeback of
+//                                      their shared mappings
 //    97   park::Pool::mu_              jobs queued for the resume and control pools
 //                                      (posted to by lock-manager continuations, which a
 //                                      finishing transaction runs under Txn::mu)
@@ -69,6 +72,7 @@ enum class LockRank : uint8_t {
   kStepMirror = 80,
   kInvalidator = 90,
   kLazyStash = 95,
+  kWriters = 96,
   kPool = 97,
   kStallWatchdog = 100,
 };

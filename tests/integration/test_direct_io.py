@@ -1,8 +1,7 @@
 """Opens the kernel serves without its page cache: O_DIRECT opens, every open inside a
 transaction, and plain opens while a transaction is open (FUSE direct I/O). They must
 behave as on XFS: O_DIRECT reads and writes work, and a write clears set-ID bits and
-file capabilities exactly as XFS does. mmap inside a transaction is refused with ENODEV
-(documented in docs/isolation.md) while mmap outside transactions works.
+file capabilities exactly as XFS does. (mmap of such opens: test_mmap_txn.py.)
 """
 
 from __future__ import annotations
@@ -55,27 +54,6 @@ def test_o_direct_write_and_read(mnt, xfs, in_txn):
     assert os.path.getsize(mnt.path / "f.bin") == os.path.getsize(xfs.dir / "ref.bin")
     with open(mnt.path / "f.bin", "rb") as f:
         assert f.read() == open(xfs.dir / "ref.bin", "rb").read()
-
-
-def test_mmap_in_a_transaction_is_refused_clearly(mnt):
-    tl.write_file(mnt.path / "m.bin", b"m" * 8192)
-    with open(mnt.path / "m.bin", "r+b") as f:  # outside transactions: works
-        with mmap.mmap(f.fileno(), 8192) as m:
-            m[0:1] = b"M"
-            m.flush()
-    assert open(mnt.path / "m.bin", "rb").read(1) == b"M"
-    tid = tl.txn_begin(mnt.path)
-    try:
-        for name in ("m.bin", "new.bin"):
-            with open(mnt.path / name, "a+b") as f:
-                f.write(b"x" * 10)
-                f.flush()
-                with pytest.raises(OSError) as e:
-                    mmap.mmap(f.fileno(), 10)
-                assert e.value.errno == errno.ENODEV, e.value
-    finally:
-        assert tl.txn_abort(mnt.path, tid) == 0
-    assert not (mnt.path / "new.bin").exists()
 
 
 MODES = [0o4777, 0o2777, 0o6777, 0o2767, 0o4757, 0o6767, 0o2757]

@@ -95,6 +95,10 @@ def test_every_op_and_flag_is_generated():
         for oracle, procs in (("abort", 1), ("commit", 1), ("abort", 4)):
             st.count_ops(fz.gen_case(s, oracle, procs, OPS)["lists"])
     assert set(st.ops) == set(fz.GEN_OPS), sorted(set(fz.GEN_OPS) - set(st.ops))
+    # mapped writes synced before munmap and left for munmap to write back
+    syncs = {o.get("sync") for s in range(40) for lst in fz.gen_case(s, "commit", 4, OPS)["lists"]
+             for o in lst if o["o"] == "mmap_write"}
+    assert syncs == {False, True}, syncs
     # both ways of beginning a transaction (txnfs_begin, txnfs_begin2 with a lock timeout)
     for oracle in ("abort", "commit"):
         assert {fz.gen_case(s, oracle, 1, OPS)["begin2"] for s in range(4)} == {False, True}

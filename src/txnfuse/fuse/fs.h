@@ -60,11 +60,15 @@ int do_lookup(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param
 
 // fi->fh of an open file: the backing fd, plus kDirectIoFh when the kernel serves the
 // open without its page cache (FOPEN_DIRECT_IO).
+// kTxnWriterFh marks an open a transaction made with write access, known to
+// TxnManager::opened_for_writing(): the kernel's writeback of a mapping names no caller.
 inline constexpr uint64_t kDirectIoFh = uint64_t(1) << 32;
+inline constexpr uint64_t kTxnWriterFh = uint64_t(1) << 33;
 inline int fd_of(const fuse_file_info *fi) { return int(fi->fh & 0xffffffffu); }
 inline void set_fh(fuse_file_info *fi, int fd) {
   fi->fh = uint64_t(unsigned(fd)) | (fi->direct_io ? kDirectIoFh : 0);
 }
+// (Opens inside handlers use Op::set_fh, which also registers a transaction's writer.)
 // Open flags the backing file is opened with for a kernel open with `flags`. O_DIRECT
 // is not passed on: the kernel already bypasses its page cache for such an open
 // (direct_io), and the buffers FUSE hands over have no O_DIRECT alignment.

@@ -37,7 +37,13 @@ Op::State &Op::State::operator=(State &&o) noexcept {
 void Op::adopt_next(std::unique_ptr<State> s) { adopted = std::move(s); }
 void Op::drop_adopted() { adopted.reset(); }
 
-Op::Op(fuse_req_t req) : req_(req), fs_(fs_of(req)) {
+Op::Op(fuse_req_t req) : req_(req), fs_(fs_of(req)) { start(nullptr); }
+
+Op::Op(fuse_req_t req, const fuse_file_info *fi) : req_(req), fs_(fs_of(req)) {
+  start((fi->fh & kTxnWriterFh) && fuse_req_ctx(req)->pid == 0 ? fi : nullptr);
+}
+
+void Op::start(const fuse_file_info *writeback_fi) {
   if (adopted) {  // a parked request runs again: it goes on where it was
     s_ = std::move(*adopted);
     adopted.reset();
@@ -54,7 +60,7 @@ Op::Op(fuse_req_t req) : req_(req), fs_(fs_of(req)) {
     }
     fs_.unlocked_inflight.fetch_sub(1, std::memory_order_seq_cst);
   }
-  s_.txn = tm.bound(fuse_req_ctx(req)->pid);
+  s_.txn = writeback_fi ? tm.writer_of(fd_of(writeback_fi)) : tm.bound(fuse_req_ctx(req_)->pid);
   if (s_.txn) {
     s_.err = tm.enter(*s_.txn);
     s_.entered = s_.err == 0;
@@ -64,6 +70,14 @@ Op::Op(fuse_req_t req) : req_(req), fs_(fs_of(req)) {
     }
   }
   if (!s_.txn) s_.plain = std::make_unique<LockOwner>(next_plain_id++);
+}
+
+void Op::set_fh(fuse_file_info *fi, int fd, const InodePtr &inode) const {
+  txnfs::set_fh(fi, fd);
+  if (s_.txn && (fi->flags & O_ACCMODE) != O_RDONLY) {
+    fs_.txns->opened_for_writing(fd, s_.txn, inode);
+    fi->fh |= kTxnWriterFh;
+  }
 }
 
 Op::~Op() {

@@ -36,6 +36,10 @@ class Op {
   };
 
   explicit Op(fuse_req_t req);
+  // For a WRITE through the open file `fi`: one that names no caller (the kernel's
+  // writeback of a shared mapping) belongs to the transaction that opened `fi` for
+  // writing, if that one has not committed (TxnManager::writer_of, txn_writers.cc).
+  Op(fuse_req_t req, const fuse_file_info *fi);
   ~Op();
   Op(const Op &) = delete;
   Op &operator=(const Op &) = delete;
@@ -75,6 +79,10 @@ class Op {
   // IX (or IS for reads) on the directory and X (or S) on the entry.
   int lock_entry(uint64_t dir, const char *name, bool write);
 
+  // fi->fh for the backing fd `fd` of an open of `inode` this request makes; an open
+  // with write access by a transaction is registered as that transaction's writer.
+  void set_fh(fuse_file_info *fi, int fd, const InodePtr &inode) const;
+
   // Attributes as this request's transaction must see them.
   void adjust(struct stat &st) const {
     if (s_.txn) s_.txn->adjust(st, fs_.nodeid_of(st.st_ino));
@@ -98,6 +106,8 @@ class Op {
   // answered at once (0 or an errno), else throws park::Unwind.
   int park(LockOwner &owner, const LockKey &key, LockMode mode,
            std::chrono::milliseconds timeout);
+
+  void start(const fuse_file_info *writeback_fi);
 
   fuse_req_t req_;
   Fs &fs_;

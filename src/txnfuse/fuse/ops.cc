@@ -41,10 +41,13 @@ void op_init(void *userdata, fuse_conn_info *conn) {
   // the mode of a new object arrives without the umask, which is applied only when the
   // parent has no default ACL -- what XFS does (creation_mode in ops_entry.cc).
   if (fuse_set_feature_flag(conn, FUSE_CAP_POSIX_ACL)) want(FUSE_CAP_DONT_MASK);
+  // mmap of files opened without the page cache (every open inside a transaction): a
+  // shared mapping's dirty pages come back as WRITEs that name no caller, which belong
+  // to the transaction that opened the file (txn/txn_writers.cc).
+  want(FUSE_CAP_DIRECT_IO_ALLOW_MMAP);
   // Not asked for: NO_OPENDIR_SUPPORT (OPENDIR decides per open whether the kernel may
   // cache the listing -- only while no transaction is open -- and holds the stream a
-  // listing continues from), DIRECT_IO_ALLOW_MMAP (a shared mapping's pages come back as
-  // writeback WRITEs of a kernel thread, outside the transaction; docs/isolation.md).
+  // listing continues from).
   // Write-through: every write is a request of the writing thread (transactions bind
   // requests to threads).
   fuse_unset_feature_flag(conn, FUSE_CAP_WRITEBACK_CACHE);

@@ -44,11 +44,12 @@ void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   fi->keep_cache = op.cacheable() && !op.plain_isolated() && !i->txn_written;
   fi->noflush = 1;
   fi->direct_io = !fi->keep_cache || (fi->flags & O_DIRECT);
-  set_fh(fi, fd);
+  op.set_fh(fi, fd, i);
   fuse_reply_open(req, fi);
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
+  if (fi->fh & kTxnWriterFh) fs_of(req).txns->closed(fd_of(fi));  // before the fd is reused
   ::close(fd_of(fi));
   fuse_reply_err(req, 0);
 }
@@ -76,6 +77,9 @@ void read_committed(fuse_req_t req, Fs &fs, fuse_ino_t nodeid, size_t size, off_
 void op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off, fuse_file_info *fi) {
   Op op(req);
   auto [i, err] = op.on(nodeid);
+  // Whole pages: possibly a page fault of a mapping (see Inode::paged).
+  if (!err && (off | off_t(size)) % 4096 == 0 && !i->paged.load(std::memory_order_relaxed))
+    i->paged.store(true, std::memory_order_relaxed);
   if (!err && op.plain_isolated()) return read_committed(req, op.fs(), nodeid, size, off, fi);
   if (!err) err = op.lock_object(nodeid, LockMode::S);
   if (!err && i->gone) err = ESTALE;
@@ -89,7 +93,7 @@ void op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off, fuse_fil
 
 void op_write_buf(fuse_req_t req, fuse_ino_t nodeid, fuse_bufvec *in, off_t off,
                   fuse_file_info *fi) {
-  Op op(req);
+  Op op(req, fi);
   auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *i, off, fuse_buf_size(in));
   if (!err) err = kill_privs(req, fd_of(fi), fi->kill_suidgid);

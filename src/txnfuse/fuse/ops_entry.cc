@@ -403,7 +403,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
   fi->keep_cache = op.cacheable();
   fi->noflush = 1;
   fi->direct_io = !op.cacheable() || (fi->flags & O_DIRECT);
-  set_fh(fi, fd.release());
+  op.set_fh(fi, fd.release(), op.txn() ? inode_of(req, e.ino) : nullptr);
   fuse_reply_create(req, &e, fi);
 }
 

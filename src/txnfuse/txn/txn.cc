@@ -148,6 +148,8 @@ int TxnManager::commit(uid_t uid, uint64_t id, unsigned flags) {
   TxnPtr t = find(id);
   if (!t) return ENOENT;
   if (uid != 0 && uid != t->uid) return EPERM;
+  // Pages it dirtied through shared mappings join it now, while it still takes requests.
+  if (t->state.load() == TXNFS_ACTIVE) write_back_mapped(*t);
   int expected = TXNFS_ACTIVE;
   if (!t->state.compare_exchange_strong(expected, TXNFS_COMMITTING)) {
     if (expected != TXNFS_ABORT_ONLY) return ENOENT;  // already finishing
@@ -280,6 +282,10 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
   }
   env_.view.forget(t->id());
   env_.locks.release_all(*t);
+  // An abort drops the pages of its shared mappings too (txn_writers.cc): dirty ones
+  // come back as WRITEs it refuses, and the next fault reads the rolled-back data.
+  if (!commit)
+    for (uint64_t nodeid : mapped_objects(*t)) env_.cache->inode(nodeid);
   {
     // Each object and each name once: a transaction that made thousands of files in one
     // directory drops that directory's attributes and listing once, not per name.

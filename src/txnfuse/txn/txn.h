@@ -41,6 +41,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "txnfuse/txn/inode.h"
 #include "txnfuse/txn/interval_set.h"
 #include "txnfuse/txn/lock_manager.h"
 #include "sync/mutex.h"
@@ -112,6 +113,7 @@ struct Txn : LockOwner {
   int commit_error = 0;         // set by the group-commit leader (under TxnManager::gc_mu_)
   int inflight GUARDED_BY(mu) = 0;  // requests of this transaction being served
   std::string declared GUARDED_BY(mu);  // pieces of a predeclared lock set received so far
+  std::vector<InodePtr> opened_for_writing GUARDED_BY(mu);  // objects it opened with write access
   CondVar idle;                 // inflight dropped to 0
 
   uint64_t id() const { return LockOwner::id(); }
@@ -200,6 +202,22 @@ class TxnManager {
   int enter(Txn &t) EXCLUDES(t.mu);
   void leave(Txn &t) EXCLUDES(t.mu);
 
+  // Shared mappings (mmap) inside a transaction. The kernel writes a mapping's dirty
+  // pages back in WRITEs of its own (no caller: pid 0), through some writable open file
+  // of the object; txn_writers.cc has the whole argument.
+  //   - opened_for_writing(): a transaction opened `fd` (backing fd, the open's fi->fh)
+  //     with write access; closed(): the kernel released it.
+  //   - writer_of(fd): the transaction such a WRITE belongs to: the one that opened
+  //     `fd`, while it is open or abort-only or being aborted (its pages must never
+  //     land outside it); null once it commits (later pages are plain writes).
+  //   - write_back_mapped(t): before `t` commits, makes the kernel write back the dirty
+  //     pages of every object `t` opened for writing that may have pages cached
+  //     (Inode::paged); the WRITEs arrive as `t`'s while this waits.
+  void opened_for_writing(int fd, const TxnPtr &t, InodePtr inode) EXCLUDES(writers_mu_);
+  void closed(int fd) EXCLUDES(writers_mu_);
+  TxnPtr writer_of(int fd) EXCLUDES(writers_mu_);
+  void write_back_mapped(Txn &t) EXCLUDES(t.mu);
+
   uint64_t commits() const { return commits_; }
   // Copies undo steps into undo_records for inspection (null before start()).
   StepMirror *mirror() { return mirror_.get(); }
@@ -248,6 +266,10 @@ class TxnManager {
   std::unordered_map<uint64_t, uint32_t> lazy_stashed_ GUARDED_BY(lazy_mu_);  // nodeid -> links
   // Adds (+1) or removes (-1) the links t's log holds on objects whose names it removed.
   void count_lazy_stashes(Txn &t, int sign) EXCLUDES(lazy_mu_, t.mu);
+  // Objects `t` opened for writing that the kernel may cache pages of.
+  std::vector<uint64_t> mapped_objects(Txn &t) EXCLUDES(t.mu);
+  Mutex writers_mu_{LockRank::kWriters};  // a leaf
+  std::unordered_map<int, std::weak_ptr<Txn>> writers_ GUARDED_BY(writers_mu_);  // by backing fd
   CondVar flush_cv_;  // the flusher: a lazy commit arrived, or stopping
   std::thread flusher_;
 
