@@ -56,6 +56,11 @@ SCRIPTS = {
     "noreplace, rm": ([], [("touch", "a"), ("mv0", "a", "b"), ("rm", "b")]),
     "created, displaced": ([], [("touch", "a"), ("touch", "b"), ("mv", "a", "b"), ("rm", "b")]),
     "link then remove": ([], [("touch", "a"), ("ln", "a", "b"), ("rm", "a")]),
+    # one object losing two names: the log holds two stashes of it, and a commit must
+    # still drop its handle row (found by the fuzzer, seed 9127)
+    "two names of one object removed": (["a"], [("ln", "a", "b"), ("rm", "a"), ("rm", "b")]),
+    "replaced twice": (["a", "c", "n"], [("ln", "a", "h"), ("w", "n", "a"), ("mv", "h", "n"),
+                                         ("mv", "c", "n")]),
 }
 
 

@@ -320,7 +320,9 @@ void TxnManager::update_rows(Txn &t) {
     for (auto &[nodeid, u] : unlinked) {
       struct stat st;
       if (::fstatat(log->dir_fd(), u.stash.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-      if (st.st_nlink <= 1 || S_ISDIR(st.st_mode))
+      // Gone once the log lets go of it: every link left is one of this log's stashes
+      // (an object that lost two names here has two).
+      if (S_ISDIR(st.st_mode) || st.st_nlink <= unlinked.count(nodeid))
         env_.db->remove_handle(nodeid);
       else
         env_.db->clear_handle_name(u.parent, u.name);
