@@ -120,3 +120,69 @@ def test_direct_write_drops_file_capabilities_as_xfs(mnt, xfs, in_txn):
     got = "security.capability" in os.listxattr(mnt.path / "capfile")
     assert not want, "XFS drops file capabilities on a write"
     assert got == want
+
+
+def _pwrite_elsewhere(path, data: bytes, off: int):
+    """A plain write by another process (outside every transaction)."""
+    import subprocess
+    subprocess.run([sys.executable, "-c",
+                    "import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY); "
+                    "os.pwrite(fd, bytes.fromhex(sys.argv[2]), int(sys.argv[3])); os.close(fd)",
+                    str(path), data.hex(), str(off)], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("when", ["read during the transaction", "read after it ended"])
+def test_a_cached_reader_sees_plain_writes_made_while_a_transaction_is_open(mnt, when):
+    """A descriptor opened while no transaction was open reads through the page cache; a
+    plain write by another process while a transaction is open bypasses that cache
+    (direct I/O). The cached reader must still see the write, as on XFS."""
+    f = mnt.path / "f.bin"
+    tl.write_file(f, b"A" * 8192)
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        assert os.pread(fd, 8192, 0) == b"A" * 8192   # now in the page cache
+        tid = tl.txn_begin(mnt.path)                   # (touches nothing)
+        try:
+            _pwrite_elsewhere(f, b"B" * 4096 + b"C" * 8192, 4096)   # overwrite and extend
+            if when == "read during the transaction":
+                assert os.pread(fd, 16384, 0) == b"A" * 4096 + b"B" * 4096 + b"C" * 8192
+        finally:
+            assert tl.txn_abort(mnt.path, tid) == 0
+        assert os.pread(fd, 16384, 0) == b"A" * 4096 + b"B" * 4096 + b"C" * 8192
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("end", ["commit", "abort"])
+def test_pages_a_plain_reader_cached_during_a_transaction_go_at_its_end(mnt, end):
+    """A plain reader with a cached descriptor reads while a transaction rewrites the
+    file: it gets the committed bytes, which land in the page cache. When the transaction
+    commits, those pages are stale and must go (the end's invalidation of what the
+    transaction changed); when it aborts, they are right."""
+    import threading
+    f = mnt.path / "f.bin"
+    tl.write_file(f, b"A" * 8192)
+    fd = os.open(f, os.O_RDONLY)           # opened while no transaction is open: cached
+    seen = []
+
+    def read_plain():                      # another thread: not bound to the transaction
+        seen.append(os.pread(fd, 8192, 0))
+
+    try:
+        assert os.pread(fd, 8192, 0) == b"A" * 8192
+        tid = tl.txn_begin(mnt.path)
+        try:
+            w = os.open(f, os.O_WRONLY)
+            os.pwrite(w, b"B" * 8192, 0)
+            os.close(w)
+            t = threading.Thread(target=read_plain)
+            t.start()
+            t.join(60)
+            assert seen == [b"A" * 8192], "a plain reader sees the committed bytes"
+        finally:
+            rc = tl.txn_commit(mnt.path, tid) if end == "commit" else tl.txn_abort(mnt.path, tid)
+        assert rc == 0
+        want = b"B" * 8192 if end == "commit" else b"A" * 8192
+        assert os.pread(fd, 8192, 0) == want
+    finally:
+        os.close(fd)

@@ -51,6 +51,12 @@ void op_init(void *userdata, fuse_conn_info *conn) {
   // Write-through: every write is a request of the writing thread (transactions bind
   // requests to threads).
   fuse_unset_feature_flag(conn, FUSE_CAP_WRITEBACK_CACHE);
+  // A file's pages stay cached across opens and attribute refreshes (no AUTO_INVAL_DATA,
+  // which drops them whenever the mtime moved, also after the kernel's own writes): every
+  // change of file data the kernel did not make itself is dropped exactly -- a
+  // transaction's by the inode invalidation at its end, a direct-I/O write's by the
+  // kernel for the range it wrote (docs/isolation.md, "Kernel caches").
+  fuse_unset_feature_flag(conn, FUSE_CAP_AUTO_INVAL_DATA);
   fuse_unset_feature_flag(conn, FUSE_CAP_HANDLE_KILLPRIV);
   // Receiving requests by splice makes libfuse 3.18 build a new pipe per request here
   // (fs.pipe-max-size 1 MiB < its buffer + header); reading into memory is cheaper.
