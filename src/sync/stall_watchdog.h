@@ -15,7 +15,8 @@
 // expect_wait(T), so a lock timeout longer than the threshold is not a stall.
 //
 // Test hook: TXNFS_DEBUG_BLOCK_LOOKUP=NAME:SECONDS makes every LOOKUP of NAME sleep that
-// long before it is served (tests/integration/test_daemon_locks.py).
+// long before it is served, once it counts as a request in flight (test_daemon_locks.py,
+// test_parked_requests.py).
 #pragma once
 #include <sys/types.h>
 

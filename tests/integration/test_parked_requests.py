@@ -364,3 +364,42 @@ def test_io_uring_transport(mnt):
     finally:
         param.write_text(old)
     mnt.mount()
+
+
+def test_begin_waits_for_requests_that_started_without_locks(store, xfs, monkeypatch):
+    """While no transaction is open, requests run without locks; a begin must not return
+    before those in flight have finished (else the new transaction could change what one
+    of them is half-way through). A LOOKUP held for 3 s by the debug hook is in flight
+    when the transaction begins on the other CPU: the begin answers only after it (it
+    waits on the control pool, not on a thread that reads requests)."""
+    log = xfs.tmp / "txnfs.log"
+    monkeypatch.setenv("TXNFS_DEBUG_BLOCK_LOOKUP", "held:3")
+    m = tl.Mount(store, xfs.tmp / "mnt", xfs.tmp / "txnfs.pid")
+    m.mount("--log-file", log)
+    cpus = sorted(os.sched_getaffinity(0))
+    try:
+        def look():
+            if len(cpus) > 1:
+                os.sched_setaffinity(0, {cpus[0]})   # this thread only
+            (m.path / "held").exists()
+        t = threading.Thread(target=look)
+        t.start()
+        assert tl.wait_until(lambda: log.exists() and "holding LOOKUP held" in log.read_text(),
+                             timeout=30, interval=0.02), "the LOOKUP was never held"
+        seen = time.monotonic()
+        if len(cpus) > 1:
+            os.sched_setaffinity(0, {cpus[-1]})
+        try:
+            tid = tl.txn_begin(m.path)
+            begun = time.monotonic()
+        finally:
+            os.sched_setaffinity(0, set(cpus))
+        t.join(30)
+        # the hold began before `seen` and lasts 3 s: a begin that did not wait for it
+        # returns within milliseconds
+        assert begun - seen >= 2.0, f"begin returned {begun - seen:.2f} s after the hold began"
+        (m.path / "f").write_text("in the transaction")
+        assert tl.txn_commit(m.path, tid) == 0
+        assert (m.path / "f").read_text() == "in the transaction"
+    finally:
+        m.close()

@@ -157,11 +157,6 @@ fuse_lowlevel_ops make_ops() {
   add_dir_ops(ops);
   add_ctl_ops(ops);
   handlers = ops;
-  static void (*lookup)(fuse_req_t, fuse_ino_t, const char *) = ops.lookup;
-  handlers.lookup = [](fuse_req_t req, fuse_ino_t parent, const char *name) {
-    stall::lookup_hook(name);  // (inside the watched scope: it simulates a stall)
-    lookup(req, parent, name);
-  };
 #define TXNFS_WATCHED(field, name, node_index)                                      \
   if (ops.field)                                                                    \
     ops.field = [](auto... a) {                                                     \

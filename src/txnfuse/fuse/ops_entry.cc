@@ -15,6 +15,7 @@
 
 #include "store/backing.h"
 #include "store/error.h"
+#include "sync/stall_watchdog.h"
 #include "txnfuse/fuse/fs.h"
 #include "txnfuse/fuse/op.h"
 #include "txnfuse/txn/recorder.h"
@@ -156,6 +157,7 @@ int lookup_committed(Fs &fs, const InodePtr &parent, const char *name, fuse_entr
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
   Op op(req);
+  stall::lookup_hook(name);  // test hook: a request in flight (counted by Op) that stalls
   Fs &fs = op.fs();
   fuse_entry_param e;
   int err = op.read_error();
