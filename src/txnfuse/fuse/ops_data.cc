@@ -259,9 +259,12 @@ int kill_privs(fuse_req_t req, int fd, bool kill, bool chown) {
   bool root = fuse_req_ctx(req)->uid == 0;
   struct stat st;
   if (::fstat(fd, &st) != 0) return errno;
+  // Writes and truncation reach regular files only; a chown clears the bits of every
+  // object but a directory (the kernel's chown_common), a FIFO's or a device's too.
+  bool eligible = chown ? !S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
   mode_t drop = 0;
-  if (S_ISREG(st.st_mode) && (st.st_mode & S_ISUID)) drop |= S_ISUID;
-  if (S_ISREG(st.st_mode) && (st.st_mode & S_ISGID) &&
+  if (eligible && (st.st_mode & S_ISUID)) drop |= S_ISUID;
+  if (eligible && (st.st_mode & S_ISGID) &&
       ((st.st_mode & S_IXGRP) || (!(chown && root) && !in_group(req, st.st_gid))))
     drop |= S_ISGID;
   if (!drop) return 0;
