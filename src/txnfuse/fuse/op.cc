@@ -74,7 +74,7 @@ void Op::start(const fuse_file_info *writeback_fi) {
 
 void Op::set_fh(fuse_file_info *fi, int fd, const InodePtr &inode) const {
   txnfs::set_fh(fi, fd);
-  if (s_.txn && (fi->flags & O_ACCMODE) != O_RDONLY) {
+  if (s_.txn && inode && (fi->flags & O_ACCMODE) != O_RDONLY) {
     fs_.txns->opened_for_writing(fd, s_.txn, inode);
     fi->fh |= kTxnWriterFh;
   }

@@ -49,13 +49,16 @@ void op_init(void *userdata, fuse_conn_info *conn) {
   // cache the listing -- only while no transaction is open -- and holds the stream a
   // listing continues from).
   // Write-through: every write is a request of the writing thread (transactions bind
-  // requests to threads).
+  // requests to threads). With write-back caching the kernel would also trust its own
+  // file sizes over every reply: a transaction's size would show to others and an
+  // abort's would never come back (measured; docs/performance.md).
   fuse_unset_feature_flag(conn, FUSE_CAP_WRITEBACK_CACHE);
   // A file's pages stay cached across opens and attribute refreshes (no AUTO_INVAL_DATA,
   // which drops them whenever the mtime moved, also after the kernel's own writes): every
   // change of file data the kernel did not make itself is dropped exactly -- a
   // transaction's by the inode invalidation at its end, a direct-I/O write's by the
-  // kernel for the range it wrote (docs/isolation.md, "Kernel caches").
+  // kernel for the range it wrote (docs/isolation.md, "Transactions and the kernel's
+  // caches").
   fuse_unset_feature_flag(conn, FUSE_CAP_AUTO_INVAL_DATA);
   fuse_unset_feature_flag(conn, FUSE_CAP_HANDLE_KILLPRIV);
   // Receiving requests by splice makes libfuse 3.18 build a new pipe per request here
