@@ -151,6 +151,23 @@ def test_a_commit_takes_the_pages_still_dirty_in_a_mapping(mnt):
     assert _read(mnt.path / "f.bin") == want
 
 
+def test_a_mapping_from_before_the_transaction_is_not_part_of_it(mnt):
+    """Documented (docs/isolation.md, limits): a mapping made from a descriptor opened
+    before the transaction began writes plain data, which an abort leaves in place."""
+    _prepare(mnt.path / "f.bin", OLD)
+    fd = os.open(mnt.path / "f.bin", os.O_RDWR)
+    m = mmap.mmap(fd, len(OLD))
+    try:
+        tid = tl.txn_begin(mnt.path)
+        m[0:4] = b"PPPP"
+        m.flush()
+        assert tl.txn_abort(mnt.path, tid) == 0
+    finally:
+        m.close()
+        os.close(fd)
+    assert _read_elsewhere(mnt.path / "f.bin")[:8] == b"PPPP" + OLD[4:8]
+
+
 SQL_SCRIPT = """
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
