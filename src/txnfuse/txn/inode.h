@@ -76,7 +76,7 @@ struct Inode {
   std::atomic<bool> gone{false};
   // Set for good once a READ of whole pages arrived: the kernel may cache pages of the
   // object although its opens bypass the page cache (mmap faults read through it), so
-  // a transaction with the object open for writing may have dirty pages in a shared
+  // a transaction that opened the object for writing may have dirty pages in a shared
   // mapping (TxnManager::write_back_mapped). A read(2) of whole pages sets it too: it
   // only costs that transaction's commit one invalidation of the object.
   std::atomic<bool> paged{false};
