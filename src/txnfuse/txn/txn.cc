@@ -282,10 +282,6 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
   }
   env_.view.forget(t->id());
   env_.locks.release_all(*t);
-  // An abort drops the pages of its shared mappings too (txn_writers.cc): dirty ones
-  // come back as WRITEs it refuses, and the next fault reads the rolled-back data.
-  if (!commit)
-    for (uint64_t nodeid : mapped_objects(*t)) env_.cache->inode(nodeid);
   {
     // Each object and each name once: a transaction that made thousands of files in one
     // directory drops that directory's attributes and listing once, not per name.
@@ -295,6 +291,12 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
     MutexLock g(t->mu);
     for (auto &[nodeid, o] : t->objects)
       if (!commit || !o.created) env_.cache->inode(nodeid);
+    // An abort drops the pages of its shared mappings too (txn_writers.cc): dirty ones
+    // come back as WRITEs it refuses, and the next fault reads the rolled-back data.
+    if (!commit)
+      for (auto &[nodeid, i] : t->opened_for_writing)
+        if (i->paged.load(std::memory_order_relaxed) && !t->objects.count(nodeid))
+          env_.cache->inode(nodeid);
     uint64_t last_dir = 0;
     for (auto &[dir, name] : t->entries) {
       env_.cache->entry(dir, name);

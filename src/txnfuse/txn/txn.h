@@ -113,7 +113,8 @@ struct Txn : LockOwner {
   int commit_error = 0;         // set by the group-commit leader (under TxnManager::gc_mu_)
   int inflight GUARDED_BY(mu) = 0;  // requests of this transaction being served
   std::string declared GUARDED_BY(mu);  // pieces of a predeclared lock set received so far
-  std::vector<InodePtr> opened_for_writing GUARDED_BY(mu);  // objects it opened with write access
+  std::unordered_map<uint64_t, InodePtr> opened_for_writing GUARDED_BY(mu);  // by nodeid: objects it
+                                               // opened with write access (txn_writers.cc)
   CondVar idle;                 // inflight dropped to 0
 
   uint64_t id() const { return LockOwner::id(); }
@@ -266,8 +267,6 @@ class TxnManager {
   std::unordered_map<uint64_t, uint32_t> lazy_stashed_ GUARDED_BY(lazy_mu_);  // nodeid -> links
   // Adds (+1) or removes (-1) the links t's log holds on objects whose names it removed.
   void count_lazy_stashes(Txn &t, int sign) EXCLUDES(lazy_mu_, t.mu);
-  // Objects `t` opened for writing that the kernel may cache pages of.
-  std::vector<uint64_t> mapped_objects(Txn &t) EXCLUDES(t.mu);
   Mutex writers_mu_{LockRank::kWriters};  // a leaf
   std::unordered_map<int, std::weak_ptr<Txn>> writers_ GUARDED_BY(writers_mu_);  // by backing fd
   CondVar flush_cv_;  // the flusher: a lazy commit arrived, or stopping

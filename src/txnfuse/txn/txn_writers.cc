@@ -19,8 +19,6 @@
 // so `txnfs run` commits what its command wrote through mappings.
 // Invariant: no byte a transaction wrote through a mapping reaches the tree outside
 // that transaction, unless it committed.
-#include <algorithm>
-
 #include "txnfuse/txn/txn.h"
 #include "txnfuse/txn/txn_env.h"
 
@@ -29,7 +27,7 @@ namespace txnfs {
 void TxnManager::opened_for_writing(int fd, const TxnPtr &t, InodePtr inode) {
   {
     MutexLock g(t->mu);
-    t->opened_for_writing.push_back(std::move(inode));
+    t->opened_for_writing.emplace(inode->nodeid, std::move(inode));
   }
   MutexLock g(writers_mu_);
   writers_[fd] = t;
@@ -52,21 +50,17 @@ TxnPtr TxnManager::writer_of(int fd) {
   return s == TXNFS_ACTIVE || s == TXNFS_ABORT_ONLY || s == TXNFS_ABORTED ? t : nullptr;
 }
 
-std::vector<uint64_t> TxnManager::mapped_objects(Txn &t) {
-  std::vector<uint64_t> nodeids;
-  MutexLock g(t.mu);
-  for (const InodePtr &i : t.opened_for_writing)
-    if (i->paged.load(std::memory_order_relaxed)) nodeids.push_back(i->nodeid);
-  std::sort(nodeids.begin(), nodeids.end());
-  nodeids.erase(std::unique(nodeids.begin(), nodeids.end()), nodeids.end());
-  return nodeids;
-}
-
 void TxnManager::write_back_mapped(Txn &t) {
-  std::vector<uint64_t> nodeids = mapped_objects(t);
-  if (nodeids.empty()) return;
-  for (uint64_t n : nodeids) env_.cache->inode(n);
-  env_.cache->flush();
+  bool any = false;
+  {
+    MutexLock g(t.mu);
+    for (auto &[nodeid, i] : t.opened_for_writing)
+      if (i->paged.load(std::memory_order_relaxed)) {
+        env_.cache->inode(nodeid);
+        any = true;
+      }
+  }
+  if (any) env_.cache->flush();  // (waited for holding nothing: its WRITEs take t.mu)
 }
 
 }  // namespace txnfs
