@@ -599,3 +599,64 @@ def test_lazy_tag_commits_lazily_and_durability_requests_flush_it(mnt, servers):
     log = "\n".join(g.bridge_lines())
     assert "tag 'txn-lazy'): committed lazily" in log, log
     assert "those whose tag starts with 'txn-lazy' commit lazily" in log, log
+
+
+def fds_of(pid) -> list[str]:
+    """What the process's open fds name."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass
+    return out
+
+
+def test_a_directory_handle_follows_its_directory_and_goes_stale_with_it(mnt, servers):
+    """The server keeps one O_PATH fd per directory it serves (ganesha-4.3.patch,
+    "Directories opened once"). Through a directory's handle a client sees the
+    directory wherever it is now: after a rename, a rolled-back rename or removal,
+    and once it is really removed, NFS4ERR_STALE -- as when every operation opened
+    the directory by handle."""
+    (mnt.path / "d").mkdir()
+    tl.write_file(mnt.path / "d" / "x", b"xx")
+    g = servers()
+    with nfs.Client(g.port) as c:
+        fh_d = fh_of(c, "d")
+
+        def in_d(*ops):
+            return c.compound([op.putfh(fh_d), *ops])
+
+        def names_in_d():
+            r = in_d(op.readdir())
+            assert r.status == OK, r
+            return sorted(r.results[-1].value)
+
+        assert in_d(op.lookup("x"), op.read(10)).results[-1].value[1] == b"xx"
+        assert in_d(op.open_create("y"), op.write(b"yy"), op.close()).status == OK
+        assert str(mnt.path / "d") in fds_of(g.pid), "the server keeps no fd of the directory"
+
+        # renamed and renamed back by a rolled-back transaction, then renamed for real
+        c.compound([op.putrootfh(), op.savefh(), op.rename("d", "e")] + FAILS, tag="txn")
+        assert names_in_d() == ["x", "y"] and entries(mnt) == ["d"]
+        r = c.compound([op.putrootfh(), op.savefh(), op.rename("d", "e")], tag="txn")
+        assert r.status == OK, r
+        assert entries(mnt) == ["e"] and names_in_d() == ["x", "y"]
+        assert in_d(op.lookup("y"), op.read(10)).results[-1].value[1] == b"yy"
+
+        # emptied and removed by a rolled-back transaction: all of it still there
+        r = c.compound([op.putfh(fh_d), op.remove("x"), op.remove("y"), op.putrootfh(),
+                        op.remove("e")] + FAILS, tag="txn")
+        assert r.results[5].status == OK, r    # the rmdir ran, then the rollback
+        assert names_in_d() == ["x", "y"] and entries(mnt) == ["e"]
+
+        assert str(mnt.path / "e") in fds_of(g.pid)
+
+        # removed for real: the handle is stale, not an empty directory
+        r = c.compound([op.putfh(fh_d), op.remove("x"), op.remove("y"), op.putrootfh(),
+                        op.remove("e")], tag="txn")
+        assert r.status == OK, r
+        assert entries(mnt) == []
+        assert in_d(op.getattr()).results[-1].status == nfs.NFS4ERR_STALE
+        assert in_d(op.lookup("x")).results[-1].status == nfs.NFS4ERR_STALE
+        assert in_d(op.readdir()).results[-1].status == nfs.NFS4ERR_STALE
