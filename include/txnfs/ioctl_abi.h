@@ -24,6 +24,21 @@ struct txnfs_ioc_begin2 {
   uint64_t id;               // out
 };
 
+// BEGIN3: BEGIN2 and a whole predeclared lock set (txnfs_begin3), one request. The
+// transaction is begun whatever becomes of its set; set_err tells what did: 0 granted,
+// else the errno TXNFS_IOC_LOCK_SET would have answered (ETIMEDOUT: not in time).
+// 4 KiB in all; larger sets take BEGIN2 and LOCK_SET (libtxnfs decides).
+struct txnfs_ioc_begin3 {
+  uint32_t flags;            // in: enum txnfs_flags
+  int32_t pid;               // in: as in txnfs_ioc_begin
+  uint32_t lock_timeout_ms;  // in: as txnfs_set_lock_timeout's
+  uint32_t set_timeout_ms;   // in: longest wait for the whole set
+  uint32_t len;              // in: bytes of whole records used in data
+  int32_t set_err;           // out: 0 or an errno (see above)
+  uint64_t id;               // out
+  uint8_t data[4064];        // in: txnfs_lock_rec records
+};
+
 struct txnfs_ioc_id {
   uint64_t id;
 };
@@ -71,3 +86,4 @@ struct txnfs_ioc_lock_set {
 #define TXNFS_IOC_COMMIT2 _IOW(TXNFS_IOC_MAGIC, 8, struct txnfs_ioc_commit)
 #define TXNFS_IOC_SYNC _IO(TXNFS_IOC_MAGIC, 9)
 #define TXNFS_IOC_BEGIN2 _IOWR(TXNFS_IOC_MAGIC, 10, struct txnfs_ioc_begin2)
+#define TXNFS_IOC_BEGIN3 _IOWR(TXNFS_IOC_MAGIC, 11, struct txnfs_ioc_begin3)

@@ -116,6 +116,16 @@ struct txnfs_lock_rec {
 int txnfs_lock_set(const char *mount_path, txnfs_id_t id, const void *records, size_t len,
                    uint32_t timeout_ms);
 
+/* txnfs_begin2 and txnfs_lock_set(RECORDS, LEN, SET_TIMEOUT_MS) in one request to the
+ * daemon when the set is small (under 4 KiB; else in two or more). Returns 0 once the
+ * transaction has begun, with *SET_ERR what txnfs_lock_set would have returned (0: all
+ * granted; -ETIMEDOUT: not granted in time, the caller should abort or retry it; other
+ * errors leave its requests to lock one by one). Returns a negative errno, and begins
+ * nothing, as txnfs_begin2 does. */
+int txnfs_begin3(const char *mount_path, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
+                 const void *records, size_t len, uint32_t set_timeout_ms, txnfs_id_t *id,
+                 int *set_err);
+
 /* A buffer of this size always holds the status text and its NUL. */
 #define TXNFS_STATUS_JSON_MAX 8192
 
@@ -145,6 +155,9 @@ int txnfs_info_fd(int fd, txnfs_id_t id, struct txnfs_info *info);
 int txnfs_set_lock_timeout_fd(int fd, txnfs_id_t id, uint32_t ms);
 int txnfs_lock_set_fd(int fd, txnfs_id_t id, const void *records, size_t len,
                       uint32_t timeout_ms);
+int txnfs_begin3_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
+                    const void *records, size_t len, uint32_t set_timeout_ms, txnfs_id_t *id,
+                    int *set_err);
 int txnfs_status_json_fd(int fd, char *buf, size_t len);
 
 #ifdef __cplusplus

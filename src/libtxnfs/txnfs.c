@@ -153,6 +153,46 @@ int txnfs_lock_set_fd(int fd, txnfs_id_t id, const void *records, size_t len,
   return rc;
 }
 
+/* 1 if RECORDS (LEN bytes) are whole records, else 0. */
+static int whole_records(const uint8_t *p, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    size_t n = lock_rec_size(p + done, len - done);
+    if (n == 0) return 0;
+    done += n;
+  }
+  return 1;
+}
+
+int txnfs_begin3_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
+                    const void *records, size_t len, uint32_t set_timeout_ms, txnfs_id_t *id,
+                    int *set_err) {
+  int rc = begin_args(flags, pid, id);
+  if (rc != 0) return rc;
+  if (set_err == NULL || (records == NULL && len != 0) || !whole_records(records, len))
+    return -EINVAL;
+  struct txnfs_ioc_begin3 *arg = NULL;
+  if (len <= sizeof arg->data) arg = calloc(1, sizeof *arg); /* 4 KiB: not on the stack */
+  if (arg != NULL) {
+    arg->flags = flags;
+    arg->pid = (int32_t)pid;
+    arg->lock_timeout_ms = lock_timeout_ms;
+    arg->set_timeout_ms = set_timeout_ms;
+    arg->len = (uint32_t)len;
+    if (len) memcpy(arg->data, records, len);
+    rc = control(fd, TXNFS_IOC_BEGIN3, arg);
+    if (rc == 0) {
+      *id = arg->id;
+      *set_err = -arg->set_err;
+    }
+    free(arg);
+    if (rc != -ENOTTY) return rc;  /* a daemon without BEGIN3: two requests, as below */
+  }
+  rc = txnfs_begin2_fd(fd, flags, pid, lock_timeout_ms, id);
+  if (rc == 0) *set_err = txnfs_lock_set_fd(fd, *id, records, len, set_timeout_ms);
+  return rc;
+}
+
 int txnfs_status_json_fd(int fd, char *buf, size_t len) {
   if (buf == NULL || len == 0) return -EINVAL;
   /* 8 KiB: on the heap rather than on the caller's (possibly small) thread stack */
@@ -221,6 +261,15 @@ int txnfs_lock_set(const char *mount_path, txnfs_id_t id, const void *records, s
                    uint32_t timeout_ms) {
   int fd = open_mount(mount_path);
   return fd < 0 ? fd : closing(fd, txnfs_lock_set_fd(fd, id, records, len, timeout_ms));
+}
+
+int txnfs_begin3(const char *mount_path, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
+                 const void *records, size_t len, uint32_t set_timeout_ms, txnfs_id_t *id,
+                 int *set_err) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd
+                : closing(fd, txnfs_begin3_fd(fd, flags, pid, lock_timeout_ms, records, len,
+                                              set_timeout_ms, id, set_err));
 }
 
 int txnfs_status_json(const char *mount_path, char *buf, size_t len) {

@@ -390,8 +390,8 @@ def gen_case(seed: int, oracle: str, procs: int, nops: int) -> dict:
         case["bystander"] = seed % 2 == 0
     if oracle == "commit":      # every other seed commits lazily: the same results, at once
         case["lazy"] = seed % 2 == 1
-    if oracle in ("abort", "commit"):  # half the seeds begin with txnfs_begin2 (and a lock
-        case["begin2"] = seed % 4 >= 2  # timeout equal to the mount's default): same results
+    if oracle in ("abort", "commit"):  # every way of beginning, by seed (BEGINS): same results
+        case["begin"] = BEGINS[seed // 2 % len(BEGINS)]
     if oracle == "crash":
         kind = rng.choice(("kill", "power", "inject"))
         case["crash"] = {"kind": kind, "after": rng.randrange(0, max(1, nops * procs)),
@@ -403,8 +403,17 @@ def gen_case(seed: int, oracle: str, procs: int, nops: int) -> dict:
     return case
 
 
-# txnfs_begin2's lock timeout in the fuzzer: the mount's default (--lock-timeout-ms)
+# The ways a transaction begins: txnfs_begin; txnfs_begin2 with a lock timeout; txnfs_begin3
+# with a lock timeout and a predeclared lock set (IS on the mount's root, which every
+# case's transaction then takes per request anyway).
+BEGINS = ("begin", "begin2", "begin3")
+# their lock timeout: the mount's default (--lock-timeout-ms)
 BEGIN2_LOCK_TIMEOUT_MS = 10000
+
+
+def begin_of(case) -> str:
+    """How CASE's transaction begins (reproducers written before BEGINS say "begin2")."""
+    return case.get("begin") or ("begin2" if case.get("begin2") else "begin")
 
 
 def gen_txns(rng, nops: int) -> dict:
@@ -1058,7 +1067,7 @@ class Fuzzer:
             raise Failure(oracle, "backups-left", f"STORE/.txnfs/backups after the run: {left[:10]}")
 
     def _run_group(self, root, lists, oracle, txn_bind=None, end=None, stop_after=None,
-                   crash_cb=None, begin2=False):
+                   crash_cb=None, begin="begin"):
         """Runs the lists in a Group; with txn_bind (the mount) inside a transaction bound
         to the leader, ended by `end` ("commit" / "abort" / None: left open).
         Returns (results, end_rc, tid)."""
@@ -1066,14 +1075,20 @@ class Fuzzer:
         tid = None
         try:
             if txn_bind:
-                if begin2:
+                set_rc = 0
+                if begin == "begin2":
                     rc, tid = tl.txn_begin2_rc(txn_bind, tl.TXNFS_BIND_PROCESS, g.leader,
                                                BEGIN2_LOCK_TIMEOUT_MS)
+                elif begin == "begin3":
+                    rc, tid, set_rc = tl.txn_begin3_rc(
+                        txn_bind, tl.TXNFS_BIND_PROCESS, g.leader, BEGIN2_LOCK_TIMEOUT_MS,
+                        tl.lock_records(tl.lock_node(1), tl.lock_object(0, tl.TXNFS_LOCK_IS)),
+                        BEGIN2_LOCK_TIMEOUT_MS)
                 else:
                     rc, tid = tl.txn_begin_rc(txn_bind, tl.TXNFS_BIND_PROCESS, g.leader)
-                if rc != 0:
-                    raise Failure(oracle, "begin", f"txnfs_begin{'2' if begin2 else ''}: "
-                                                   f"{os.strerror(-rc)}")
+                if rc != 0 or set_rc != 0:
+                    raise Failure(oracle, "begin", f"txnfs_{begin}: "
+                                                   f"{os.strerror(-(rc or set_rc))}")
             try:
                 res = g.run(lists, self.deadline, stop_after=stop_after,
                             on_step=crash_cb)
@@ -1107,7 +1122,7 @@ class Fuzzer:
         populate(env.mnt, case["seed"], areas(case["procs"], case["shared"]))
         before = strip_atime(snap.stable_snapshot(env.mnt))
         res, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt, "abort",
-                                     begin2=case.get("begin2", False))
+                                     begin=begin_of(case))
         if rc != 0:
             raise Failure(oracle, "abort-rc", f"txnfs_abort returned {rc} ({os.strerror(-rc)})")
         after = strip_atime(snap.snapshot(env.mnt))
@@ -1132,7 +1147,7 @@ class Fuzzer:
         try:
             res_m, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt if txn else None,
                                            "commit-lazy" if case.get("lazy") else "commit",
-                                           begin2=case.get("begin2", False))
+                                           begin=begin_of(case))
         finally:
             if by:
                 by.close()

@@ -99,9 +99,10 @@ def test_every_op_and_flag_is_generated():
     syncs = {o.get("sync") for s in range(40) for lst in fz.gen_case(s, "commit", 4, OPS)["lists"]
              for o in lst if o["o"] == "mmap_write"}
     assert syncs == {False, True}, syncs
-    # both ways of beginning a transaction (txnfs_begin, txnfs_begin2 with a lock timeout)
+    # every way of beginning a transaction (txnfs_begin; txnfs_begin2 with a lock timeout;
+    # txnfs_begin3 with a lock timeout and a lock set)
     for oracle in ("abort", "commit"):
-        assert {fz.gen_case(s, oracle, 1, OPS)["begin2"] for s in range(4)} == {False, True}
+        assert {fz.gen_case(s, oracle, 1, OPS)["begin"] for s in range(6)} == set(fz.BEGINS)
     want = ([f"rename:{f}" for f in fz.RENAME_FLAGS] + [f"fallocate:{f}" for f in fz.FALLOC_FLAGS]
             + [f"open:{f}" for f in fz.OPEN_FLAGS] + [f"uid:{o}" for o in fz.AS_NOBODY]
             + [f"umask:{o}" for o in fz.UMASK_OPS])

@@ -195,3 +195,84 @@ def test_begin2_sets_the_lock_timeout_in_the_same_request(mnt):
     assert holder.submit(tl.txn_abort, mnt.path, hid).result() == 0
     holder.shutdown()
     S.assert_restored(mnt, before, "after begin2's lock timeouts")
+
+
+def test_begin3_begins_and_predeclares_its_lock_set_in_one_call(mnt):
+    """txnfs_begin3 is txnfs_begin2 and txnfs_lock_set in one request (two or more for a
+    set over 4 KiB): the transaction begins whatever becomes of its set, and the set's
+    outcome comes back apart -- -ETIMEDOUT when a lock of it is held elsewhere past the
+    set's timeout (the transaction then holds none of it), 0 when it holds them all
+    (another transaction's request then waits for it). Bad records begin nothing."""
+    import ctypes
+    from concurrent.futures import ThreadPoolExecutor
+
+    _populate(mnt.path)
+    before = S.stable_snapshot(mnt.path)
+    txns_before = tl.txn_status(mnt.path)["transactions"]
+
+    def file_set(name: bytes, mode=tl.TXNFS_LOCK_X):
+        return tl.lock_records(tl.lock_node(1), tl.lock_child(0, b"keep"),
+                               tl.lock_child(1, name), tl.lock_object(2, mode))
+
+    holder = ThreadPoolExecutor(1)
+    hid = holder.submit(tl.txn_begin, mnt.path).result()
+    holder.submit(tl.write_file, mnt.path / "keep" / "f0", b"held").result()
+    try:
+        # f0 is X-locked by the holder: begun, its set not granted within 150 ms
+        rc, tid, set_rc = tl.txn_begin3_rc(mnt.path, tl.TXNFS_BIND_THREAD, 0, 150,
+                                           file_set(b"f0"), 150)
+        assert (rc, set_rc) == (0, -errno.ETIMEDOUT) and tid > 0
+        assert tl.txn_abort(mnt.path, tid) == 0
+
+        # f1 is free: granted; another transaction's write of f1 waits for it
+        rc, tid, set_rc = tl.txn_begin3_rc(mnt.path, tl.TXNFS_BIND_THREAD, 0, 150,
+                                           file_set(b"f1"), 150)
+        assert (rc, set_rc) == (0, 0) and tid > 0
+        other = ThreadPoolExecutor(1)
+        try:
+            rc2, tid2 = other.submit(tl.txn_begin2_rc, mnt.path, tl.TXNFS_BIND_THREAD, 0,
+                                     150).result()
+            assert rc2 == 0
+            with pytest.raises(OSError) as e:
+                other.submit(tl.write_file, mnt.path / "keep" / "f1", b"other").result()
+            assert e.value.errno == errno.ETIMEDOUT
+            assert other.submit(tl.txn_abort, mnt.path, tid2).result() == 0
+        finally:
+            other.shutdown()
+        tl.write_file(mnt.path / "keep" / "f1", b"mine")   # its own write, under its set
+        assert tl.txn_abort(mnt.path, tid) == 0
+
+        # a set over 4 KiB (300 entry locks) takes more than one request, same outcome
+        big = tl.lock_records(tl.lock_node(1), *(tl.lock_entry(0, b"n%03d" % k, tl.TXNFS_LOCK_X)
+                                                 for k in range(300)))
+        assert len(big) > 4096
+        rc, tid, set_rc = tl.txn_begin3_rc(mnt.path, tl.TXNFS_BIND_THREAD, 0, 150, big, 150)
+        assert (rc, set_rc) == (0, 0)
+        assert tl.txn_abort(mnt.path, tid) == 0
+
+        # the _fd twin; then bad arguments, refused before anything begins
+        lib = tl.libtxnfs()
+        lib.txnfs_begin3_fd.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_int,
+                                        ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t,
+                                        ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64),
+                                        ctypes.POINTER(ctypes.c_int)]
+        root = os.open(mnt.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            recs = file_set(b"f2", tl.TXNFS_LOCK_S)
+            t, s = ctypes.c_uint64(0), ctypes.c_int(7)
+            assert lib.txnfs_begin3_fd(root, tl.TXNFS_BIND_THREAD, 0, 150, recs, len(recs), 150,
+                                       ctypes.byref(t), ctypes.byref(s)) == 0 and s.value == 0
+            assert tl.txn_abort(mnt.path, t.value) == 0
+            for fd, pid, n in ((root, 0, len(recs) - 3),   # a record cut short
+                               (root, 5, len(recs)),       # a pid with BIND_THREAD
+                               (-1, 0, len(recs))):        # no fd
+                assert lib.txnfs_begin3_fd(fd, tl.TXNFS_BIND_THREAD, pid, 150, recs, n, 150,
+                                           ctypes.byref(t), ctypes.byref(s)) < 0
+        finally:
+            os.close(root)
+        assert [t["id"] for t in tl.txn_status(mnt.path)["transactions"]] == [hid]
+    finally:
+        assert holder.submit(tl.txn_abort, mnt.path, hid).result() == 0
+        holder.shutdown()
+    assert tl.txn_status(mnt.path)["transactions"] == txns_before
+    S.assert_restored(mnt, before, "after begin3's transactions")

@@ -688,6 +688,49 @@ def txn_begin_rc(mount, flags=TXNFS_BIND_THREAD, pid=0):
     return rc, tid.value
 
 
+TXNFS_LOCK_IS, TXNFS_LOCK_IX, TXNFS_LOCK_S, TXNFS_LOCK_X = 0, 1, 2, 3
+
+
+def _lock_rec(kind, mode=0, ref=0, node=0, name=b"") -> bytes:
+    """One struct txnfs_lock_rec and its name, padded to 8 bytes (include/txnfs/txnfs.h)."""
+    rec = struct.pack("<BBHIQ", kind, mode, len(name), ref, node) + name
+    return rec + b"\0" * (-len(rec) % 8)
+
+
+def lock_node(nodeid) -> bytes:
+    return _lock_rec(1, node=nodeid)
+
+
+def lock_child(ref, name: bytes) -> bytes:
+    return _lock_rec(2, ref=ref, name=name)
+
+
+def lock_object(ref, mode) -> bytes:
+    return _lock_rec(3, mode=mode, ref=ref)
+
+
+def lock_entry(ref, name: bytes, mode) -> bytes:
+    return _lock_rec(4, mode=mode, ref=ref, name=name)
+
+
+def lock_records(*recs: bytes) -> bytes:
+    return b"".join(recs)
+
+
+def txn_begin3_rc(mount, flags, pid, lock_timeout_ms, records: bytes, set_timeout_ms):
+    """(rc, id, set_rc) of txnfs_begin3: txnfs_begin2 and txnfs_lock_set(records)."""
+    lib = libtxnfs()
+    lib.txnfs_begin3.argtypes = [ctypes.c_char_p, ctypes.c_uint, ctypes.c_int, ctypes.c_uint32,
+                                 ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32,
+                                 ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_int)]
+    lib.txnfs_begin3.restype = ctypes.c_int
+    tid = ctypes.c_uint64(0)
+    set_rc = ctypes.c_int(0)
+    rc = lib.txnfs_begin3(os.fsencode(str(mount)), flags, pid, lock_timeout_ms, records,
+                          len(records), set_timeout_ms, ctypes.byref(tid), ctypes.byref(set_rc))
+    return rc, tid.value, set_rc.value
+
+
 def txn_begin2_rc(mount, flags, pid, lock_timeout_ms):
     """(rc, id) of txnfs_begin2: txnfs_begin with a lock timeout, in one request."""
     lib = libtxnfs()

@@ -7,8 +7,9 @@
 //          thread makes for the COMPOUND's operations joins the transaction. If it
 //          cannot begin, the COMPOUND is refused without running any operation -- it
 //          must never run outside the transaction its client asked for. Then the
-//          COMPOUND's lock set (lock_plan.h) is acquired at once, before any operation
-//          runs, waiting up to lock_set_timeout_ms: the worker holds no lock of
+//          COMPOUND's lock set (lock_plan.h) is acquired at once (in the same request
+//          as the begin, txnfs_begin3), before any operation runs, waiting up to
+//          lock_set_timeout_ms: the worker holds no lock of
 //          Ganesha's, the kernel's or txnfs's yet, so conflicting COMPOUNDs queue here
 //          instead of timing out inside FUSE requests. A set not granted in time:
 //          NFS4ERR_DELAY, no operation run.
@@ -112,14 +113,9 @@ void abort_txn(const OpenTxn &t) {
     logger.line("error: abort of {} failed: {}", describe(t), std::strerror(-rc));
 }
 
-// Predeclares the lock set of the COMPOUND OPS in T: 0, or the verdict's status to
-// refuse it with (T is then aborted by the caller).
-uint32_t predeclare(OpenTxn &t, const txnfs_bridge_op *ops, uint32_t n) {
-  if (config.lock_set_timeout_ms == 0 || ops == nullptr) return 0;
-  LockPlan plan = plan_locks(ops, n, root_nodeid);
-  int rc = plan.locks == 0 ? 0
-                           : txnfs_lock_set_fd(control_fd, t.id, plan.records.data(),
-                                            plan.records.size(), config.lock_set_timeout_ms);
+// What became of T's predeclared lock set PLAN (RC: what txnfs_lock_set returned): 0,
+// or the verdict's status to refuse the COMPOUND with (T is then aborted by the caller).
+uint32_t predeclared(OpenTxn &t, const LockPlan &plan, int rc) {
   if (rc == -ETIMEDOUT) {
     logger.line("{}: its {} predeclared locks were not granted within {} ms; answering "
                 "NFS4ERR_DELAY without running it",
@@ -149,8 +145,16 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
   if (!config.transactional(tag_view)) return verdict(TXNFS_BRIDGE_RUN);
   OpenTxn t{.id = 0, .minorversion = minorversion, .tag = shown(tag_view),
             .lazy = config.lazy(tag_view)};
-  // begin and this transaction's lock timeout in one request
-  int rc = txnfs_begin2_fd(control_fd, TXNFS_BIND_THREAD, 0, config.lock_timeout_ms, &t.id);
+  // begin, this transaction's lock timeout and its lock set in one request
+  LockPlan plan;
+  if (config.lock_set_timeout_ms != 0 && ops != nullptr)
+    plan = plan_locks(ops, ops_len, root_nodeid);
+  int set_rc = 0;
+  int rc = plan.locks == 0
+               ? txnfs_begin2_fd(control_fd, TXNFS_BIND_THREAD, 0, config.lock_timeout_ms, &t.id)
+               : txnfs_begin3_fd(control_fd, TXNFS_BIND_THREAD, 0, config.lock_timeout_ms,
+                                 plan.records.data(), plan.records.size(),
+                                 config.lock_set_timeout_ms, &t.id, &set_rc);
   if (rc != 0) {
     uint32_t status = refusal_status(-rc);
     logger.line("error: cannot begin a transaction on {} for COMPOUND v4.{} tag '{}': {}; "
@@ -159,7 +163,7 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
                 status == TXNFS_BRIDGE_NFS4ERR_DELAY ? "NFS4ERR_DELAY" : "NFS4ERR_SERVERFAULT");
     return verdict(TXNFS_BRIDGE_REFUSE, status);
   }
-  if (uint32_t status = predeclare(t, ops, ops_len)) {
+  if (uint32_t status = plan.locks == 0 ? 0 : predeclared(t, plan, set_rc)) {
     abort_txn(t);
     return verdict(TXNFS_BRIDGE_REFUSE, status);
   }

@@ -1,6 +1,7 @@
 // The control channel: transaction ioctls on any directory or file of the mount.
 // The caller's thread id, uid and pid come with the request (fuse_req_ctx).
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -25,7 +26,8 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
   // Requests that wait for other requests or for the kernel run on the control pool
   // (park.h): on a thread that reads requests (a ring thread serves a CPU's queue) they
   // could wait for a request queued behind them.
-  bool waits = cmd == TXNFS_IOC_BEGIN || cmd == TXNFS_IOC_BEGIN2 || cmd == TXNFS_IOC_COMMIT ||
+  bool waits = cmd == TXNFS_IOC_BEGIN || cmd == TXNFS_IOC_BEGIN2 || cmd == TXNFS_IOC_BEGIN3 ||
+               cmd == TXNFS_IOC_COMMIT ||
                cmd == TXNFS_IOC_ABORT ||
                cmd == TXNFS_IOC_COMMIT2 || cmd == TXNFS_IOC_SYNC;
   if (waits && !fs.control.mine() && park::current())
@@ -52,6 +54,32 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
       if (!err) err = tm.set_lock_timeout(ctx->uid, b.id, b.lock_timeout_ms);  // cannot fail
       if (err) return (void)fuse_reply_err(req, err);
       return (void)fuse_reply_ioctl(req, 0, &b, sizeof b);
+    }
+    case TXNFS_IOC_BEGIN3: {
+      // The transaction begins whatever becomes of its lock set; the reply (the
+      // struct's head, up to its data) says what did, now or once the set is decided.
+      constexpr size_t kHead = offsetof(txnfs_ioc_begin3, data);
+      if (in_bufsz < sizeof(txnfs_ioc_begin3) || out_bufsz < kHead)
+        return (void)fuse_reply_err(req, EINVAL);
+      auto *a = static_cast<const txnfs_ioc_begin3 *>(in_buf);
+      if (a->len > sizeof a->data || a->set_err != 0) return (void)fuse_reply_err(req, EINVAL);
+      uint64_t id = 0;
+      int err = tm.begin(ctx->uid, ctx->pid, a->flags, a->pid, &id);
+      if (!err) err = tm.set_lock_timeout(ctx->uid, id, a->lock_timeout_ms);  // cannot fail
+      if (err) return (void)fuse_reply_err(req, err);
+      auto answer = [req, id](int set_err) {
+        txnfs_ioc_begin3 head{};
+        head.id = id;
+        head.set_err = set_err;
+        fuse_reply_ioctl(req, 0, &head, kHead);
+      };
+      if (a->len == 0) return answer(0);
+      TxnPtr t = tm.get(ctx->uid, id, &err);
+      if (!t) return answer(err);
+      err = acquire_lock_set(fs, t, {reinterpret_cast<const char *>(a->data), a->len},
+                             std::chrono::milliseconds(a->set_timeout_ms), answer);
+      if (err == LockManager::kParked) return;  // answered when the set is decided
+      return answer(err);
     }
     case TXNFS_IOC_COMMIT:
     case TXNFS_IOC_ABORT: {
