@@ -660,3 +660,71 @@ def test_a_directory_handle_follows_its_directory_and_goes_stale_with_it(mnt, se
         assert in_d(op.getattr()).results[-1].status == nfs.NFS4ERR_STALE
         assert in_d(op.lookup("x")).results[-1].status == nfs.NFS4ERR_STALE
         assert in_d(op.readdir()).results[-1].status == nfs.NFS4ERR_STALE
+
+
+def test_directories_renamed_removed_and_made_again_under_concurrent_walkers(mnt, servers):
+    """Stress for the directory fds the server keeps: two clients rename, empty, remove and
+    make again a small tree of directories (in transactions and without) while two others
+    walk it by path and by handles they hold. Every reply is one a client may get for a
+    tree changing under it, the server stays up without a CRIT line, and what is left on
+    the mount is what the last COMPOUNDs made."""
+    g = servers()
+    start = log_lines(g)
+    notdir, notempty = 20, 66   # NFS4ERR_NOTDIR, NFS4ERR_NOTEMPTY
+    allowed = {OK, NOENT, nfs.NFS4ERR_EXIST, nfs.NFS4ERR_STALE, DELAY, notdir, notempty}
+    deadline = time.monotonic() + 6
+    seen = set()
+
+    def changer(k):
+        with nfs.Client(g.port) as c:
+            n = 0
+            while time.monotonic() < deadline:
+                d, e = f"d{k}", f"e{k}"
+                tag = "txn" if n % 2 else "plain"
+                steps = [
+                    [op.putrootfh(), op.mkdir(d), op.open_create("f"), op.write(b"x"), op.close()],
+                    [op.putrootfh(), op.savefh(), op.rename(d, e)],
+                    [op.putrootfh(), op.lookup(e), op.remove("f"), op.putrootfh(), op.remove(e)]
+                    + (FAILS if n % 3 == 0 else []),
+                    [op.putrootfh(), op.lookup(e), op.remove("f"), op.putrootfh(), op.remove(e)],
+                ]
+                for ops in steps:
+                    r = c.compound(ops, tag=tag)
+                    seen.update(s for _, s in r.statuses())
+                n += 1
+            return n
+
+    def walker(k):
+        with nfs.Client(g.port) as c:
+            handles = []
+            n = 0
+            while time.monotonic() < deadline:
+                name = f"{'de'[n % 2]}{k % 2}"
+                r = c.compound([op.putrootfh(), op.lookup(name), op.getfh(), op.readdir()])
+                seen.update(s for _, s in r.statuses())
+                if r.status == OK:
+                    handles = (handles + [r.results[3].value])[-4:]
+                for fh in handles:
+                    r = c.compound([op.putfh(fh), op.lookup("f"), op.read(10)])
+                    seen.update(s for _, s in r.statuses())
+                    r = c.compound([op.putfh(fh), op.getattr(), op.readdir()])
+                    seen.update(s for _, s in r.statuses())
+                n += 1
+            return n
+
+    with ThreadPoolExecutor(4) as ex:
+        runs = [ex.submit(changer, 0), ex.submit(changer, 1), ex.submit(walker, 0),
+                ex.submit(walker, 1)]
+        counts = [f.result() for f in runs]
+    assert all(n > 0 for n in counts), counts
+    assert seen <= allowed, f"unexpected statuses: {sorted(seen - allowed)}"
+    assert g.proc.poll() is None, "the server died"
+    assert crit_lines_since(g, start) == []
+    assert no_open_transactions(mnt)
+    # what is left is what whole COMPOUNDs made: directories holding f = "x", or nothing
+    for name in entries(mnt):
+        assert name in ("d0", "d1", "e0", "e1"), entries(mnt)
+        left = sorted(os.listdir(mnt.path / name))
+        assert left in ([], ["f"]), (name, left)
+        if left:
+            assert (mnt.path / name / "f").read_bytes() == b"x"

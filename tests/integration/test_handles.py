@@ -341,3 +341,46 @@ def test_open_file_and_handle_of_an_aborted_creation_are_stale(mnt):
     assert sorted(os.listdir(m)) == ["old"]
     assert (m / "old").read_bytes() == b"new"
     assert not (mnt.store.tree / "new").exists()
+
+
+def test_the_parent_of_a_directory_a_transaction_removed_is_never_the_store(mnt):
+    """A directory a transaction removes waits in its undo log until the transaction
+    ends. Reached through a file handle, the kernel asks the daemon for its parent
+    (LOOKUP ".."; an NFS server's LOOKUPP too), and that parent must never be the log
+    directory, or the store's internal area above it: a plain reader meanwhile finds
+    the directory where it was (the committed state), the transaction itself finds no
+    parent (the directory is gone for it), and after the commit the handle is stale.
+    The handle table gains no row for anything outside the tree (fsck at teardown)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = mnt.path
+    (m / "a" / "d").mkdir(parents=True)
+    write_file(m / "a" / "f", b"f")
+    fh = tl.name_to_handle_at(m / "a" / "d")
+    txn = ThreadPoolExecutor(1)   # the transaction's thread
+    tid = txn.submit(tl.txn_begin, m).result()
+    try:
+        txn.submit(os.rmdir, m / "a" / "d").result()
+
+        def parent_via_handle():
+            drop_caches()   # the kernel must reconnect the handle through the daemon
+            fd = open_handle(mnt, fh, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                up = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                try:
+                    return sorted(os.listdir(up))
+                finally:
+                    os.close(up)
+            finally:
+                os.close(fd)
+
+        with pytest.raises(OSError) as e:
+            txn.submit(parent_via_handle).result()
+        assert e.value.errno in (errno.ESTALE, errno.ENOENT), e.value
+        assert parent_via_handle() == ["d", "f"]     # a plain reader: the committed a/
+    finally:
+        assert txn.submit(tl.txn_commit, m, tid).result() == 0
+        txn.shutdown()
+    assert sorted(os.listdir(m / "a")) == ["f"]
+    drop_caches()
+    assert handle_errno(mnt, fh) == errno.ESTALE

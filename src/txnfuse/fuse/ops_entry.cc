@@ -107,6 +107,43 @@ int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
   return lookup_fd(fs, std::move(fd), parent->nodeid, name, fresh, e, unrecorded);
 }
 
+int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e);
+
+// Whether the directory `fd` is in the tree: its ".." chain reaches the tree's root
+// before it reaches the store's (or the file system's) root.
+bool in_tree(Fs &fs, int fd) {
+  struct stat tree, st;
+  if (stat_fd(fs.tree_fd, &tree) != 0 || stat_fd(fd, &st) != 0) return false;
+  UniqueFd cur;
+  for (int depth = 0; depth < 4096; depth++) {
+    if (st.st_ino == tree.st_ino && st.st_dev == tree.st_dev) return true;
+    UniqueFd up(::openat(cur ? cur.get() : fd, "..", O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    struct stat ust;
+    if (!up || stat_fd(up.get(), &ust) != 0 || ust.st_ino == st.st_ino) return false;
+    cur = std::move(up);
+    st = ust;
+  }
+  return false;
+}
+
+// LOOKUP(dir, ".."): what the kernel asks to find a directory's parent (file handles,
+// an NFS server's LOOKUPP). A directory a transaction removed lives in its undo log
+// until the end; its ".." there is internal (STORE/.txnfs, never reachable through
+// the mount). A plain reader is shown where the directory was before the open
+// transaction moved or removed it; anyone else, that it has no parent (ENOENT), as for
+// a removed directory.
+int lookup_dotdot(Fs &fs, const Op &op, const InodePtr &dir, fuse_entry_param *e) {
+  if (dir->nodeid == FUSE_ROOT_ID) return lookup_self(fs, FUSE_ROOT_ID, e);
+  if (op.plain_isolated())
+    if (auto before = fs.view.committed_parent(dir->ino)) return lookup_self(fs, *before, e);
+  InodeFd d = fs.pin(*dir);
+  if (!d) return d.err();
+  UniqueFd up(::openat(d.get(), "..", O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!up) return up.err();
+  if (!in_tree(fs, up.get())) return ENOENT;
+  return lookup_fd(fs, std::move(up), dir->nodeid, "..", false, e);
+}
+
 // LOOKUP(nodeid, "."): the kernel resolving a file handle (possibly from before a
 // restart). Serves any nodeid the handle table knows; anything else is stale.
 int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e) {
@@ -169,6 +206,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
       InodePtr p = inode_of(req, parent);
       bool snapshot = false;
       if (!p) err = ESTALE;
+      else if (std::strcmp(name, "..") == 0) err = lookup_dotdot(fs, op, p, &e);
       else if (op.plain_isolated()) err = lookup_committed(fs, p, name, &e, &snapshot);
       else if (!(err = op.lock_entry(parent, name, false))) err = lookup_name(fs, p, name, false, &e);
       // What an open transaction may still change must not stay in kernel caches.

@@ -40,6 +40,14 @@ std::optional<EntryBefore> CommittedView::before(uint64_t dir, const std::string
   return e->second.second;
 }
 
+std::optional<uint64_t> CommittedView::committed_parent(uint64_t ino) {
+  MutexLock g(mu_);
+  for (auto &[dir, names] : dirs_)
+    for (auto &[name, v] : names)
+      if (v.second.existed && v.second.ino == ino) return dir;
+  return std::nullopt;
+}
+
 std::map<std::string, EntryBefore> CommittedView::in_dir(uint64_t dir) {
   MutexLock g(mu_);
   std::map<std::string, EntryBefore> out;

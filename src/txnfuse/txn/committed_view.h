@@ -62,6 +62,9 @@ class CommittedView {
       EXCLUDES(mu_);
   void forget(uint64_t txid) EXCLUDES(mu_);
   std::optional<EntryBefore> before(uint64_t dir, const std::string &name) EXCLUDES(mu_);
+  // The directory (nodeid) that held the object with backing inode `ino` before an open
+  // transaction moved or removed it, if one did.
+  std::optional<uint64_t> committed_parent(uint64_t ino) EXCLUDES(mu_);
   // Every recorded entry of `dir`.
   std::map<std::string, EntryBefore> in_dir(uint64_t dir) EXCLUDES(mu_);
   bool empty() EXCLUDES(mu_);
