@@ -198,7 +198,7 @@ GEN_WEIGHTS = {
     "mmap_read": 2, "mmap_write": 2, "truncate": 3, "ftruncate": 2, "fallocate": 6,
     "copy_range": 3, "chmod": 3, "chown": 2, "utimens": 2, "setxattr": 4, "getxattr": 2,
     "listxattr": 1, "removexattr": 2, "fsync": 2, "fsyncdir": 1, "lseek": 2, "statfs": 1,
-    "readdir": 2, "readlink": 1, "stat": 3, "ioctl": 1, "drop_caches": 1,
+    "readdir": 2, "readlink": 1, "stat": 3, "ioctl": 1, "drop_caches": 1, "handle": 8,
 }
 GEN_OPS = sorted(GEN_WEIGHTS)
 AS_NOBODY = {"create", "open", "write", "truncate", "ftruncate", "mkdir", "chmod", "setxattr",
@@ -212,7 +212,7 @@ UMASKS = (0o022, 0o077, 0o027)
 # FUSE handler (ops.NAME = op_NAME in src/txnfuse/fuse) -> generator ops that reach it
 HANDLER_COVERAGE = {
     "init": ["statfs"],            # every run mounts; statfs is the first request after INIT
-    "lookup": ["stat", "open", "unlink", "rename"],
+    "lookup": ["stat", "open", "unlink", "rename", "handle"],   # "handle": "." and ".."
     "forget": ["unlink", "drop_caches"],
     "forget_multi": ["drop_caches"],
     "getattr": ["stat", "open"],
@@ -366,6 +366,8 @@ class Gen:
             o = {"p": p, "off": size(), "w": r.choice(("DATA", "HOLE"))}
         elif name == "drop_caches":
             o = {}
+        elif name == "handle":   # open the file handle a slot holds, then keep p's there
+            o = {"p": p, "slot": r.randrange(2), "up": r.random() < 0.4}
         else:
             raise AssertionError(name)
         o = {"o": name, **o}
@@ -670,7 +672,56 @@ def _body_umask(root: str, o: dict):
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("2")
         return None
+    if name == "handle":
+        return _handle_op(root, o, P())
     raise AssertionError(f"unknown op {name}")
+
+
+_HANDLES: dict = {}   # this process's kept file handles, by slot
+
+
+def _handle_op(root: str, o: dict, path: str):
+    """open_by_handle_at (O_PATH) of the handle a slot holds, kept by an earlier op of this
+    process (the object may have been removed, renamed or rolled back since): its type and
+    link count, with "up" for a directory the names in its ".." (what the kernel asks the
+    file system for when it reconnects a handle); then name_to_handle_at of `path` into
+    the slot."""
+    r = {}
+    try:
+        r["old"] = _open_kept(root, o)
+    except OSError as e:
+        r["old"] = errno.errorcode.get(e.errno, str(e.errno))
+    try:
+        _HANDLES[o["slot"]] = tl.name_to_handle_at(path)
+    except OSError as e:
+        r["keep"] = errno.errorcode.get(e.errno, str(e.errno))
+    return r
+
+
+def _open_kept(root: str, o: dict):
+    fh = _HANDLES.get(o["slot"])
+    if fh is None:
+        return "no-handle"
+    mfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = tl.open_by_handle_at(mfd, fh, os.O_PATH | os.O_CLOEXEC)
+    finally:
+        os.close(mfd)
+    try:
+        st = os.fstat(fd)
+        r = {"mode": oct(st.st_mode), "nlink": st.st_nlink}
+        if o["up"] and stat.S_ISDIR(st.st_mode):
+            if st.st_ino == os.stat(root).st_ino:
+                r["up"] = "the root"   # its ".." is outside the tree the run compares
+            else:
+                up = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+                try:
+                    r["up"] = sorted(os.listdir(up))
+                finally:
+                    os.close(up)
+        return r
+    finally:
+        os.close(fd)
 
 
 _CTX: dict = {}

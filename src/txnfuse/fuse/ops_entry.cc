@@ -107,7 +107,7 @@ int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
   return lookup_fd(fs, std::move(fd), parent->nodeid, name, fresh, e, unrecorded);
 }
 
-int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e);
+int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e, const Op *op = nullptr);
 
 // Whether the directory `fd` is in the tree: its ".." chain reaches the tree's root
 // before it reaches the store's (or the file system's) root.
@@ -145,14 +145,21 @@ int lookup_dotdot(Fs &fs, const Op &op, const InodePtr &dir, fuse_entry_param *e
 }
 
 // LOOKUP(nodeid, "."): the kernel resolving a file handle (possibly from before a
-// restart). Serves any nodeid the handle table knows; anything else is stale.
-int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e) {
+// restart). Serves any nodeid the handle table knows; anything else is stale. An
+// object whose last name the requester's transaction removed (it waits in the undo log)
+// is removed for it, as is one whose removal was committed lazily (`op` adjusts the
+// link count for both); a plain reader while the remover is open still finds it.
+int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e, const Op *op) {
+  auto removed = [op](struct stat st) {
+    if (op) op->adjust(st);
+    return st.st_nlink == 0;
+  };
   if (InodePtr i = nodeid == FUSE_ROOT_ID ? fs.root : fs.inodes.get(nodeid)) {
     InodeFd fd = fs.pin(*i);
     if (!fd) return ENOENT;  // removed and freed; the kernel reports ESTALE
     struct stat st;
     if (int err = stat_fd(fd.get(), &st)) return err;
-    if (st.st_nlink == 0) return ENOENT;  // removed; the kernel has not forgotten it yet
+    if (removed(st)) return ENOENT;  // removed; the kernel has not forgotten it yet
     i = fs.inodes.add_lookup(i);
     fill_entry(fs, *i, st, e);
     return 0;
@@ -162,7 +169,7 @@ int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e) {
   UniqueFd fd(open_by_fh(fs.tree_fd, row->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return ENOENT;
   struct stat st;
-  if (stat_fd(fd.get(), &st) != 0 || st.st_ino != row->ino || st.st_nlink == 0) return ENOENT;
+  if (stat_fd(fd.get(), &st) != 0 || st.st_ino != row->ino || removed(st)) return ENOENT;
   return lookup_fd(fs, std::move(fd), 0, nullptr, false, e);
 }
 
@@ -201,7 +208,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
   try {
     if (err) {
     } else if (std::strcmp(name, ".") == 0) {
-      err = lookup_self(fs, parent, &e);
+      err = lookup_self(fs, parent, &e, &op);
     } else {
       InodePtr p = inode_of(req, parent);
       bool snapshot = false;
