@@ -747,3 +747,55 @@ def test_attributes_of_a_made_object_stay_with_its_transaction(mnt):
         finally:
             os.close(fd)
     S.assert_no_backups(mnt.store)
+
+
+def test_transactions_that_walk_a_directory_all_make_names_in_it(mnt):
+    """Four transactions at once (`txnfs run`), each stats the mount's root, makes its own
+    directory there and 200 files inside: none waits for another, all commit. A
+    directory's attributes are read under IS, not S (docs/isolation.md) -- the kernel
+    reads them at every permission check of a walk through it -- so they do not keep the
+    others from making names in it. Under S, the others' mkdirs waited holding the root's
+    inode lock, which the walkers' next lookups needed: two of four timed out after the
+    lock timeout and were rolled back."""
+    m = mnt.path
+    script = ("import os, sys\n"
+              "m, d = sys.argv[1], sys.argv[2]\n"
+              "os.stat(m)\n"
+              "os.mkdir(os.path.join(m, d))\n"
+              "for i in range(200):\n"
+              "    with open(os.path.join(m, d, f'f{i}'), 'wb') as f: f.write(b'x' * 100)\n")
+    procs = [subprocess.Popen([tl.txnfs_bin(), "run", str(m), "--", PY, "-c", script, str(m),
+                               f"d{k}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for k in range(4)]
+    outs = [p.communicate(timeout=WORKER_TIMEOUT)[0].decode(errors="replace") for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, "\n".join(outs)
+    assert sorted(os.listdir(m)) == [f"d{k}" for k in range(4)]
+    assert all(len(os.listdir(m / f"d{k}")) == 200 for k in range(4))
+    counters = tl.txn_status(m)["counters"]
+    assert counters["timeouts"] == 0 and counters["deadlocks"] == 0, counters
+
+
+def test_a_directory_another_transaction_changes_reads_as_committed(mnt):
+    """Transaction W makes a subdirectory in d; transaction R reads d's attributes
+    meanwhile without waiting (IS) and sees them as committed -- the link count before
+    W's mkdir -- while W sees its own. After W commits, R sees the new count: a
+    directory's attributes are read committed, not repeatable (its names are locked one by
+    one as always)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = mnt.path
+    (m / "d").mkdir()
+    w, r = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    try:
+        wid = w.submit(tl.txn_begin, m).result()
+        rid = r.submit(tl.txn_begin, m).result()
+        w.submit(os.mkdir, m / "d" / "sub").result()
+        assert w.submit(lambda: os.stat(m / "d").st_nlink).result() == 3
+        assert r.submit(lambda: os.stat(m / "d").st_nlink).result(timeout=5) == 2
+        assert os.stat(m / "d").st_nlink == 2          # a plain reader, as always
+        assert w.submit(tl.txn_commit, m, wid).result() == 0
+        assert r.submit(lambda: os.stat(m / "d").st_nlink).result(timeout=5) == 3
+        assert r.submit(tl.txn_commit, m, rid).result() == 0
+    finally:
+        w.shutdown()
+        r.shutdown()

@@ -109,6 +109,18 @@ int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
 
 int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e, const Op *op = nullptr);
 
+// Replaces `st` (read from the tree) by the committed attributes where the requester
+// must see those: a plain reader while transactions are open, and a transaction reading
+// a directory that other open transactions changed and it did not (it reads
+// directories under IS, op_getattr). Returns true when it did: they may change, so the
+// kernel must not cache them. (A directory both it and others changed shows both.)
+bool committed_attrs_for(const Op &op, uint64_t nodeid, struct stat &st) {
+  if (op.plain_isolated()) return !op.fs().view.attrs(nodeid, st);
+  if (op.txn() && S_ISDIR(st.st_mode) && !op.txn()->changed_shared(nodeid))
+    return !op.fs().view.attrs(nodeid, st);
+  return false;
+}
+
 // Whether the directory `fd` is in the tree: its ".." chain reaches the tree's root
 // before it reaches the store's (or the file system's) root.
 bool in_tree(Fs &fs, int fd) {
@@ -218,8 +230,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
       else if (!(err = op.lock_entry(parent, name, false))) err = lookup_name(fs, p, name, false, &e);
       // What an open transaction may still change must not stay in kernel caches.
       bool volatile_entry = snapshot || (op.txn() && fs.view.before(parent, name));
-      if (!err && op.plain_isolated() && !fs.view.attrs(e.ino, e.attr))
-        volatile_entry = true;
+      if (!err && committed_attrs_for(op, e.ino, e.attr)) volatile_entry = true;
       if (err == ENOENT) {  // negative entry: the kernel may cache the miss
         std::memset(&e, 0, sizeof e);
         op.set_timeouts(e, volatile_entry);
@@ -257,13 +268,21 @@ void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
   Op op(req);
   auto [i, err] = op.on_read(nodeid);
   struct stat st;
-  if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
+  // A directory's attributes are read under IS, not S: the kernel asks for them at every
+  // permission check of a path walk through it, and S held to the end of a transaction
+  // kept every other transaction from making or removing any name in that directory
+  // (IX) -- whose request then waits holding the directory's inode lock, which the
+  // walker's next lookup there needs: a cycle only the lock timeout broke. Its names
+  // stay locked one by one; what other open transactions changed of its attributes is
+  // read as committed (below).
+  bool dir = !err && S_ISDIR(i->type);
+  if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, dir ? LockMode::IS : LockMode::S);
   InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
   if (!err && !fd) err = fd.err();
   if (!err) err = stat_fd(fd.get(), &st);
   if (err) return (void)fuse_reply_err(req, err);
   double timeout = op.attr_timeout(nodeid);
-  if (op.plain_isolated() && !op.fs().view.attrs(nodeid, st)) timeout = 0;
+  if (committed_attrs_for(op, nodeid, st)) timeout = 0;
   op.adjust(st);
   fuse_reply_attr(req, &st, timeout);
 }
