@@ -291,6 +291,7 @@ std::optional<HandleRow> MetaDb::handle(uint64_t nodeid) {
 
 void MetaDb::put_handle(HandleRow &row) {
   RecursiveMutexLock g(mu_);
+  removed_.erase(row.nodeid);  // a new object may reuse a removed one's inode number
   if (row.uuid.empty()) row.uuid = new_uuid();
   Stmt s(*this, put_handle_);
   s.bind(1, int64_t(row.nodeid)).bind(2, int64_t(row.generation)).bind(3, row.uuid);
@@ -302,11 +303,25 @@ void MetaDb::put_handle(HandleRow &row) {
   s.step();
 }
 
+bool MetaDb::repair_handle(HandleRow &row) {
+  RecursiveMutexLock g(mu_);
+  if (removed_.count(row.nodeid)) return false;
+  put_handle(row);
+  return true;
+}
+
 void MetaDb::remove_handle(uint64_t nodeid) {
   RecursiveMutexLock g(mu_);
   Stmt s(*this, del_handle_);
   s.bind(1, int64_t(nodeid));
   s.step();
+  if (removed_.insert(nodeid).second) {
+    removed_order_.push_back(nodeid);
+    if (removed_order_.size() > kRecentlyRemoved) {
+      removed_.erase(removed_order_.front());
+      removed_order_.pop_front();
+    }
+  }
 }
 
 void MetaDb::set_handle_name(uint64_t nodeid, std::optional<uint64_t> parent,

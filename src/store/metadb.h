@@ -10,10 +10,12 @@
 // process; sync() makes everything committed so far survive a power cut.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -74,6 +76,13 @@ class MetaDb {
   // Inserts `row` (generating its uuid if empty), replacing any row with the same
   // nodeid or ino — a stale row of an object whose inode number was reused.
   void put_handle(HandleRow &row);
+  // put_handle for a row a lookup found missing (an object from before txnfs knew the
+  // tree, or a row lost to a crash) -- unless the row of that nodeid was removed lately:
+  // the lookup may have found the object just before its last name went (plain requests
+  // take no locks while no transaction is open, and a handle's LOOKUP "." none), and
+  // writing the row now would bring back the row of a dead object. Returns whether it
+  // wrote.
+  bool repair_handle(HandleRow &row);
   void remove_handle(uint64_t nodeid);
   // Records (parent, name) as the object's name; nullopt parent clears it.
   void set_handle_name(uint64_t nodeid, std::optional<uint64_t> parent, const std::string &name);
@@ -140,6 +149,10 @@ class MetaDb {
   std::string path_;
   RecursiveMutex mu_{LockRank::kMetaDb};
   int tx_depth_ GUARDED_BY(mu_) = 0;
+  // The nodeids of the last kRecentlyRemoved rows remove_handle dropped (repair_handle).
+  static constexpr size_t kRecentlyRemoved = 1 << 16;
+  std::unordered_set<uint64_t> removed_ GUARDED_BY(mu_);
+  std::deque<uint64_t> removed_order_ GUARDED_BY(mu_);
   int upgraded_from_ = 0;
   sqlite3_stmt *get_meta_ = nullptr, *set_meta_ = nullptr, *get_handle_ = nullptr,
                *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,

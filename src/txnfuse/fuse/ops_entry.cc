@@ -67,7 +67,10 @@ void record_handle(Fs &fs, const Inode &i, uint64_t parent, const char *name, bo
     row.parent = parent;
     row.name = name;
   }
-  fs.db->put_handle(row);
+  if (fresh)
+    fs.db->put_handle(row);
+  else
+    fs.db->repair_handle(row);  // not if the object lost its row since it was found
 }
 
 // Shared tail of lookups: `fd` is an O_PATH fd to the object found as `name` in
