@@ -104,7 +104,12 @@ enum txnfs_lock_rec_kind {
   TXNFS_REC_LOCK_OBJECT = 3,
   TXNFS_REC_LOCK_ENTRY = 4,
 };
-enum txnfs_lock_mode { TXNFS_LOCK_IS = 0, TXNFS_LOCK_IX = 1, TXNFS_LOCK_S = 2, TXNFS_LOCK_X = 3 };
+/* TXNFS_LOCK_ATTRS (LOCK_OBJECT only): what reading the object's attributes takes -- IS on
+ * a directory, S on anything else (docs/isolation.md); the daemon decides when it resolves
+ * the reference, so a caller need not know the object's type. */
+enum txnfs_lock_mode {
+  TXNFS_LOCK_IS = 0, TXNFS_LOCK_IX = 1, TXNFS_LOCK_S = 2, TXNFS_LOCK_X = 3, TXNFS_LOCK_ATTRS = 4
+};
 struct txnfs_lock_rec {
   uint8_t kind;      /* enum txnfs_lock_rec_kind */
   uint8_t mode;      /* enum txnfs_lock_mode (LOCK_*) */

@@ -158,7 +158,7 @@ LockPlan plan_locks(const txnfs_bridge_op *ops, uint32_t n, uint64_t root_nodeid
   auto position = [&](std::optional<uint32_t> ref) {
     cur = ref;
     cur_set = true;
-    if (cur) p.object(*cur, TXNFS_LOCK_S);
+    if (cur) p.object(*cur, TXNFS_LOCK_ATTRS);  // Ganesha reads its attributes
   };
   for (uint32_t i = 0; i < n; i++) {
     const txnfs_bridge_op &o = ops[i];
@@ -259,8 +259,11 @@ LockPlan plan_locks(const txnfs_bridge_op *ops, uint32_t n, uint64_t root_nodeid
           lost(true);
         }
         break;
-      case GETATTR: case ACCESS: case VERIFY: case NVERIFY: case READ: case READ_PLUS:
-      case READLINK: case READDIR: case SEEK: case GETXATTR: case LISTXATTRS: case GETFH:
+      case GETATTR: case ACCESS: case VERIFY: case NVERIFY: case GETFH:
+        on_cur(TXNFS_LOCK_ATTRS);
+        break;
+      case READ: case READ_PLUS: case READLINK: case READDIR: case SEEK: case GETXATTR:
+      case LISTXATTRS:
         on_cur(TXNFS_LOCK_S);
         break;
       case WRITE: case SETATTR: case ALLOCATE: case DEALLOCATE: case SETXATTR:

@@ -5,8 +5,8 @@
 // an object by the FUSE nodeid inside its FSAL_VFS handle, PUTROOTFH the export's root,
 // LOOKUP / LOOKUPP / OPEN / CREATE a name below the current directory (resolved by the
 // daemon), SAVEFH / RESTOREFH copy between the two. Each operation asks for the modes the
-// FUSE requests it makes will take: S on every object it positions on (Ganesha refreshes
-// its attributes), IS + S entry for a lookup, IX + X entry (+ X on the object it
+// FUSE requests it makes will take: ATTRS on every object it positions on (Ganesha refreshes
+// its attributes: the daemon takes IS on a directory, S on anything else), IS + S entry for a lookup, IX + X entry (+ X on the object it
 // replaces or removes) for a change of a name, X on an object written, S on one read.
 //
 // Invariants: the plan never names an object by a guess -- an operation on a filehandle

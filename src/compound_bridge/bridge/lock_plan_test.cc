@@ -15,9 +15,9 @@ using txnfs::bridge::plan_locks;
 
 namespace {
 
-// The records of a plan, one line each: "node 7", "child 0 d", "object 1 S", "entry 0 d X".
+// The records of a plan, one line each: "node 7", "child 0 d", "object 1 A", "entry 0 d X".
 std::vector<std::string> lines(const LockPlan &p) {
-  static const char *kMode[] = {"IS", "IX", "S", "X"};
+  static const char *kMode[] = {"IS", "IX", "S", "X", "A"};  // A: TXNFS_LOCK_ATTRS
   std::vector<std::string> out;
   size_t pos = 0;
   while (pos < p.records.size()) {
@@ -73,9 +73,9 @@ TEST_CASE("lock plan: a file created and written below the root", "[bridge]") {
   LockPlan p = plan_locks(ops.data(), uint32_t(ops.size()), 1);
   CHECK_FALSE(p.partial);
   CHECK(lines(p) == std::vector<std::string>{
-                        "node 1", "object 0 S",                            // PUTROOTFH
-                        "object 0 IS", "entry 0 d S", "child 0 d", "object 1 S",  // LOOKUP
-                        "object 1 IX", "entry 1 f X", "child 1 f", "object 2 S",  // OPEN
+                        "node 1", "object 0 A",                            // PUTROOTFH
+                        "object 0 IS", "entry 0 d S", "child 0 d", "object 1 A",  // LOOKUP
+                        "object 1 IX", "entry 1 f X", "child 1 f", "object 2 A",  // OPEN
                         "object 2 X",                                      // (truncation)
                         "object 2 X"});                                    // WRITE
 }
@@ -93,7 +93,7 @@ TEST_CASE("lock plan: handles, saved filehandles and rename", "[bridge]") {
   LockPlan p = plan_locks(ops.data(), uint32_t(ops.size()), 1);
   CHECK_FALSE(p.partial);
   CHECK(lines(p) == std::vector<std::string>{
-                        "node 4294967303", "object 0 S", "node 9", "object 1 S",
+                        "node 4294967303", "object 0 A", "node 9", "object 1 A",
                         "object 0 IX", "object 1 IX", "entry 0 x X", "entry 1 y X",
                         "child 0 x", "object 2 X", "child 1 y", "object 3 X"});
 }
@@ -105,7 +105,7 @@ TEST_CASE("lock plan: what cannot be named in advance makes it partial", "[bridg
       bare(38)};
   LockPlan p = plan_locks(made.data(), uint32_t(made.size()), 1);
   CHECK(p.partial);
-  CHECK(lines(p) == std::vector<std::string>{"node 1", "object 0 S", "object 0 IX",
+  CHECK(lines(p) == std::vector<std::string>{"node 1", "object 0 A", "object 0 IX",
                                              "entry 0 d X", "child 0 d", "child 1 f"});
   // A handle that is not a FUSE object's, and an operation the plan does not know.
   uint8_t junk[8] = {0x41, 0, 0, 0, 3, 0, 0, 0};
@@ -116,5 +116,5 @@ TEST_CASE("lock plan: what cannot be named in advance makes it partial", "[bridg
   std::vector<txnfs_bridge_op> unknown = {bare(24), bare(19), bare(38)};
   LockPlan u = plan_locks(unknown.data(), uint32_t(unknown.size()), 1);
   CHECK(u.partial);
-  CHECK(u.locks == 1);  // PUTROOTFH's S only
+  CHECK(u.locks == 1);  // PUTROOTFH's ATTRS only
 }

@@ -36,6 +36,14 @@ bool valid_name(std::string_view n, bool dotdot_ok) {
 
 }  // namespace
 
+// The mode of a LOCK_OBJECT record on REF: TXNFS_LOCK_ATTRS is what reading attributes
+// takes (op_getattr): IS on a directory, S on anything else.
+LockMode object_mode(const Ref &ref, uint8_t mode) {
+  if (mode != TXNFS_LOCK_ATTRS) return LockMode(mode);
+  struct stat st;
+  return ::fstat(ref.fd, &st) == 0 && S_ISDIR(st.st_mode) ? LockMode::IS : LockMode::S;
+}
+
 int acquire_lock_set(Fs &fs, const TxnPtr &txn, std::string_view records,
                      std::chrono::milliseconds timeout, std::function<void(int)> done) {
   Txn &t = *txn;
@@ -54,7 +62,8 @@ int acquire_lock_set(Fs &fs, const TxnPtr &txn, std::string_view records,
     pos += size;
     bool needs_ref = r.kind != TXNFS_REC_NODE;
     if (needs_ref && r.ref >= refs.size()) return EBADMSG;
-    if (r.mode > TXNFS_LOCK_X) return EBADMSG;
+    if (r.mode > TXNFS_LOCK_ATTRS || (r.mode == TXNFS_LOCK_ATTRS && r.kind != TXNFS_REC_LOCK_OBJECT))
+      return EBADMSG;
     const std::optional<Ref> *base = needs_ref ? &refs[r.ref] : nullptr;
     switch (r.kind) {
       case TXNFS_REC_NODE: {
@@ -88,7 +97,7 @@ int acquire_lock_set(Fs &fs, const TxnPtr &txn, std::string_view records,
         break;
       }
       case TXNFS_REC_LOCK_OBJECT:
-        if (*base) set.push_back({LockKey::object((*base)->nodeid), LockMode(r.mode)});
+        if (*base) set.push_back({LockKey::object((*base)->nodeid), object_mode(**base, r.mode)});
         break;
       case TXNFS_REC_LOCK_ENTRY:
         if (!valid_name(name, false)) return EBADMSG;
