@@ -276,3 +276,35 @@ def test_begin3_begins_and_predeclares_its_lock_set_in_one_call(mnt):
         holder.shutdown()
     assert tl.txn_status(mnt.path)["transactions"] == txns_before
     S.assert_restored(mnt, before, "after begin3's transactions")
+
+
+def test_attrs_lock_mode_is_is_on_a_directory_and_s_on_a_file(mnt):
+    """TXNFS_LOCK_ATTRS in a lock set asks what reading attributes takes: IS on a directory
+    (granted while another transaction makes a name in it, IX), S on a file (not granted
+    while another transaction writes it, X). On an entry it is malformed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _populate(mnt.path)
+    attrs = 4  # TXNFS_LOCK_ATTRS
+    keep = tl.lock_records(tl.lock_node(1), tl.lock_child(0, b"keep"))
+    holder = ThreadPoolExecutor(1)
+    hid = holder.submit(tl.txn_begin, mnt.path).result()
+    try:
+        holder.submit(tl.write_file, mnt.path / "keep" / "new", b"n").result()  # IX on keep
+        holder.submit(tl.write_file, mnt.path / "keep" / "f0", b"w").result()   # X on f0
+        rc, tid, set_rc = tl.txn_begin3_rc(mnt.path, tl.TXNFS_BIND_THREAD, 0, 150,
+                                           keep + tl.lock_object(1, attrs), 150)
+        assert (rc, set_rc) == (0, 0)
+        assert tl.txn_abort(mnt.path, tid) == 0
+        rc, tid, set_rc = tl.txn_begin3_rc(
+            mnt.path, tl.TXNFS_BIND_THREAD, 0, 150,
+            keep + tl.lock_child(1, b"f0") + tl.lock_object(2, attrs), 150)
+        assert (rc, set_rc) == (0, -errno.ETIMEDOUT)
+        assert tl.txn_abort(mnt.path, tid) == 0
+        rc, tid, set_rc = tl.txn_begin3_rc(mnt.path, tl.TXNFS_BIND_THREAD, 0, 150,
+                                           keep + tl.lock_entry(1, b"x", attrs), 150)
+        assert (rc, set_rc) == (0, -errno.EBADMSG)
+        assert tl.txn_abort(mnt.path, tid) == 0
+    finally:
+        assert holder.submit(tl.txn_abort, mnt.path, hid).result() == 0
+        holder.shutdown()
