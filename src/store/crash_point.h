@@ -81,10 +81,11 @@ inline constexpr Point kPoints[] = {
      "a log removal cut short: an aborted transaction's remaining steps change nothing, a "
      "committed one's log is discarded, never undone"},
     {"cleanup.after_discard",
-     "txn.cc, cleaner: committed logs removed, before the syncfs that makes that durable",
+     "background.cc, cleaner: committed logs removed, before the syncfs that makes that durable",
      "commit records outlive their logs: a partly removed committed log is discarded"},
     {"cleanup.before_delete_rows",
-     "txn.cc, cleaner: after that syncfs, before the commit records are deleted",
+     "group_commit.cc: a round's syncfs made removed committed logs durable, before their "
+     "records are deleted (in the round's SQLite transaction)",
      "records without logs: recovery forgets them"},
     {"recover.before_txn", "recover.cc: before each logged transaction is rolled back or discarded",
      "recovery interrupted between transactions: the next run goes on"},

@@ -55,12 +55,6 @@ int TxnManager::lazy_commit(TxnPtr t) {
   return 0;
 }
 
-// syncfs makes every effect and undo record durable, then the commit records are
-// written and the database synced: a commit record is never durable before the
-// effects it vouches for. Everyone queued when a leader starts shares its syncs, and
-// the lazy commits queued by then are written in the same SQLite transaction, in
-// commit order: SQLite's WAL keeps a prefix of its transactions after a crash, so the
-// durable commit records stay a prefix of the commit order.
 void TxnManager::count_lazy_stashes(Txn &t, int sign) {
   std::vector<std::pair<uint64_t, uint32_t>> links;  // as Txn::adjust counts them
   {
@@ -77,6 +71,14 @@ void TxnManager::count_lazy_stashes(Txn &t, int sign) {
   }
 }
 
+// syncfs makes every effect and undo record durable, then the commit records are
+// written and the database synced: a commit record is never durable before the
+// effects it vouches for. The same syncfs makes the cleaner's removals of committed
+// logs durable, so the round also deletes their records (background.cc). Everyone
+// queued when a leader starts shares its syncs, and the lazy commits queued by then are
+// written in the same SQLite transaction, in commit order: SQLite's WAL keeps a prefix
+// of its transactions after a crash, so the durable commit records stay a prefix of
+// the commit order.
 int TxnManager::group_commit(Txn *t) {
   MutexLock l(gc_mu_);
   uint64_t ticket = ++gc_requested_;
@@ -92,15 +94,22 @@ int TxnManager::group_commit(Txn *t) {
     batch.swap(gc_queue_);
     lazy_in_round_.swap(lazy_queue_);
     std::vector<TxnPtr> lazy(lazy_in_round_.begin(), lazy_in_round_.end());
+    // Records to forget: the logs of these were removed before this syncfs starts.
+    std::vector<uint64_t> forget, forget_now;
+    forget.swap(forget_after_sync_);
+    forget_now.swap(forget_now_);
     uint64_t upto = gc_requested_;
     l.unlock();
     int err = ::syncfs(env_.tree_fd) == 0 ? 0 : errno;
     if (!err) {
       TXNFS_CRASH_POINT("commit.after_syncfs");
+      if (!forget.empty()) TXNFS_CRASH_POINT("cleanup.before_delete_rows");
       try {
         env_.db->transaction([&] {
           for (auto &b : lazy) env_.db->set_txn_state(b->id(), "committed");
           for (Txn *b : batch) env_.db->set_txn_state(b->id(), "committed");
+          for (uint64_t id : forget) env_.db->delete_txn(id);
+          for (uint64_t id : forget_now) env_.db->delete_txn(id);
         });
         TXNFS_CRASH_POINT("commit.after_record");
         env_.db->sync();
@@ -126,6 +135,9 @@ int TxnManager::group_commit(Txn *t) {
     if (!err) {
       lazy_pending_.fetch_sub(lazy.size(), std::memory_order_acq_rel);
     } else {
+      // (If only the database's sync failed, deleting them again changes nothing.)
+      forget_after_sync_.insert(forget_after_sync_.end(), forget.begin(), forget.end());
+      forget_now_.insert(forget_now_.end(), forget_now.begin(), forget_now.end());
       // They stay committed and in commit order; the next round tries again.
       for (auto it = lazy_in_round_.rbegin(); it != lazy_in_round_.rend(); ++it)
         lazy_queue_.push_front(*it);

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -12,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -39,6 +41,14 @@ TxnManager::~TxnManager() { stop(); }
 
 void TxnManager::start() {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (wake_fd_ < 0 || epoll_fd_ < 0)
+    throw std::system_error(errno, std::generic_category(), "the owner reaper's epoll set");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 0;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0)
+    throw std::system_error(errno, std::generic_category(), "the owner reaper's epoll set");
   reaper_ = std::thread([this] { reaper_loop(); });
   cleaner_ = std::thread([this] { cleaner_loop(); });
   flusher_ = std::thread([this] { flusher_loop(); });
@@ -58,6 +68,8 @@ void TxnManager::stop() {
   { MutexLock g(clean_mu_); }  // the cleaner is waiting, or will see stopping_
   clean_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  epoll_fd_ = -1;
   if (cleaner_.joinable()) cleaner_.join();
   if (mirror_) mirror_->stop();
 }
@@ -95,9 +107,18 @@ int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, ui
   {
     MutexLock g(mu_);
     if ((process ? by_process_.count(owner) : by_thread_.count(owner)) != 0) {
-      ::close(pidfd);
       env_.db->delete_txn(txid);
-      return EBUSY;
+      return EBUSY;  // (~Txn closes the pidfd)
+    }
+    // The reaper watches the owner from now on (unbind stops it, also under mu_).
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = txid;
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pidfd, &ev) != 0) {
+      int err = errno;
+      spdlog::error("begin: watching owner {}: {}", owner, std::strerror(err));
+      env_.db->delete_txn(txid);
+      return err;
     }
     by_id_[txid] = t;
     (process ? by_process_ : by_thread_)[owner] = t;
@@ -110,8 +131,6 @@ int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, ui
   // Requests that started without locks while no transaction was open must finish
   // before this transaction can change anything they touch.
   while (env_.unlocked_inflight.load(std::memory_order_acquire) > 0) ::usleep(50);
-  uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
   *id = txid;
   return 0;
 }
@@ -351,16 +370,27 @@ void TxnManager::after_durable(Txn &t) {
   if (log) {
     MutexLock g(clean_mu_);
     to_discard_.push_back(t.id());
-  } else {
-    env_.db->delete_txn(t.id());
+    clean_cv_.notify_one();
+    return;
   }
-  clean_cv_.notify_one();
+  // Nothing to discard: the record goes with the next group-commit round (or the
+  // cleaner's, kForgetDelay from now), not in a SQLite write of its own.
+  {
+    MutexLock g(gc_mu_);
+    forget_now_.push_back(t.id());
+  }
+  MutexLock g(clean_mu_);
+  if (!forget_armed_) {
+    forget_wake_ = true;
+    clean_cv_.notify_one();
+  }
 }
 
 void TxnManager::unbind(Txn &t) {
   {
     MutexLock g(mu_);
     by_id_.erase(t.id());
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, t.pidfd, nullptr);
     auto &m = t.process_bound() ? by_process_ : by_thread_;
     if (auto it = m.find(t.pid); it != m.end() && it->second.get() == &t) m.erase(it);
     if (t.process_bound()) {
@@ -369,8 +399,6 @@ void TxnManager::unbind(Txn &t) {
     }
   }
   open_count_.fetch_sub(1, std::memory_order_acq_rel);
-  uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
 }
 
 }  // namespace txnfs

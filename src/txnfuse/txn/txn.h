@@ -263,6 +263,14 @@ class TxnManager {
   uint64_t commit_seq_ GUARDED_BY(gc_mu_) = 0;       // last lazy commit's sequence number
   std::atomic<uint64_t> lazy_pending_{0};  // lazy commits not durable (queued or in a round)
   std::deque<TxnPtr> lazy_in_round_ GUARDED_BY(gc_mu_);  // taken by the running round
+  // Records to forget (docs/crash-model.md, *Commit*, step 6): of committed transactions whose
+  // logs the cleaner removed (deleted only after a syncfs made the removal durable), and
+  // of transactions that had no log (deleted whenever). The next group-commit round
+  // deletes both in its SQLite transaction; the cleaner runs a round of its own when
+  // none came within kForgetDelay.
+  std::vector<uint64_t> forget_after_sync_ GUARDED_BY(gc_mu_);
+  std::vector<uint64_t> forget_now_ GUARDED_BY(gc_mu_);
+  static constexpr std::chrono::milliseconds kForgetDelay{100};
   Mutex lazy_mu_{LockRank::kLazyStash};  // a leaf
   std::unordered_map<uint64_t, uint32_t> lazy_stashed_ GUARDED_BY(lazy_mu_);  // nodeid -> links
   // Adds (+1) or removes (-1) the links t's log holds on objects whose names it removed.
@@ -274,12 +282,23 @@ class TxnManager {
 
   // Background: owner-exit reaper and log cleaner.
   std::atomic<bool> stopping_{false};
-  int wake_fd_ = -1;  // eventfd: the set of owners changed
+  // The reaper's epoll set: wake_fd_ (data 0, stopping) and every open transaction's
+  // pidfd (data: its id), added and removed under mu_ with the transaction's binding,
+  // so beginning and ending a transaction wake no thread.
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd: stopping
   std::thread reaper_, cleaner_;
   std::unique_ptr<StepMirror> mirror_;
   Mutex clean_mu_ ACQUIRED_AFTER(gc_mu_){LockRank::kCleaner};
   CondVar clean_cv_;
   std::deque<uint64_t> to_discard_ GUARDED_BY(clean_mu_);
+  // Records without logs wake the cleaner only while it does not know records wait.
+  bool forget_armed_ GUARDED_BY(clean_mu_) = false;
+  bool forget_wake_ GUARDED_BY(clean_mu_) = false;
+  // Forgets the records of forget_now_ (and, after a syncfs, forget_after_sync_) unless a
+  // group-commit round already did; true when none are left waiting.
+  bool forget_records() EXCLUDES(gc_mu_);
+  bool forget_records_done() EXCLUDES(gc_mu_);
 
   std::atomic<uint64_t> commits_{0}, aborts_{0}, owner_exits_{0}, lazy_commits_{0},
       lazy_flushes_{0};
