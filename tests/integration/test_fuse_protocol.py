@@ -36,14 +36,24 @@ def _sh(*cmd):
 
 
 class FuseTrace:
-    """A private ftrace instance recording fuse_request_send of one connection."""
+    """A private ftrace instance recording fuse_request_send of one connection. Mounts
+    tracefs on /sys/kernel/tracing when nothing is mounted there (a fresh machine need
+    not have it), and unmounts it again."""
 
     def __init__(self, mount: Path):
         self.dev = os.stat(mount).st_dev
         self.inst = TRACING / "instances" / f"txnfs-test-{os.getpid()}"
+        self.mounted = False
 
     def __enter__(self):
-        self.inst.mkdir()
+        if not (TRACING / "instances").is_dir():
+            _sh("mount", "-t", "tracefs", "nodev", str(TRACING))
+            self.mounted = True
+        try:
+            self.inst.mkdir()
+        except BaseException:
+            self._unmount()
+            raise
         ev = self.inst / "events/fuse/fuse_request_send"
         (ev / "filter").write_text(f"connection == {os.minor(self.dev)}\n")
         (ev / "enable").write_text("1\n")
@@ -54,8 +64,16 @@ class FuseTrace:
         return [int(m) for m in re.findall(r"opcode (\d+) ", text)]
 
     def __exit__(self, *exc):
-        (self.inst / "events/fuse/fuse_request_send/enable").write_text("0\n")
-        self.inst.rmdir()
+        try:
+            (self.inst / "events/fuse/fuse_request_send/enable").write_text("0\n")
+            self.inst.rmdir()
+        finally:
+            self._unmount()
+
+    def _unmount(self):
+        if self.mounted:
+            _sh("umount", str(TRACING))
+            self.mounted = False
 
 
 def test_daemon_speaks_the_kernels_fuse_protocol(store, xfs):
