@@ -799,3 +799,39 @@ def test_a_directory_another_transaction_changes_reads_as_committed(mnt):
     finally:
         w.shutdown()
         r.shutdown()
+
+
+def test_a_lookup_by_a_transaction_caches_no_uncommitted_attributes(mnt):
+    """Transaction W truncates f; transaction R then looks up a second name of f (its
+    first lookup of that name: LOOKUP locks the name, not the object) without reading
+    f's attributes. R's LOOKUP reply must carry f's committed attributes, and never with
+    a cache lifetime: the kernel keeps one copy of an inode's attributes for every
+    process, so a plain stat right after would be answered from it -- the size W only
+    ever rolls back."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = mnt.path
+    tl.write_file(m / "f", b"0123456789")
+    os.link(m / "f", m / "g")
+    # Forget g's dentry (and unused inodes): R's walk to g must send a LOOKUP.
+    Path("/proc/sys/vm/drop_caches").write_text("2\n")
+    w, r = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+    try:
+        wid = w.submit(tl.txn_begin, m).result()
+        w.submit(os.truncate, m / "f", 3).result()
+        assert w.submit(lambda: os.stat(m / "f").st_size).result() == 3
+
+        def lookup_g():
+            tid = tl.txn_begin(m)
+            os.close(os.open(m / "g", os.O_PATH))   # a LOOKUP, no GETATTR
+            return tl.txn_commit(m, tid)
+
+        assert r.submit(lookup_g).result(timeout=10) == 0
+        assert os.stat(m / "f").st_size == 10, "a plain stat saw W's uncommitted size"
+        assert os.stat(m / "g").st_size == 10
+        assert w.submit(tl.txn_abort, m, wid).result() == 0
+        assert os.stat(m / "f").st_size == 10
+        assert (m / "g").read_bytes() == b"0123456789"
+    finally:
+        w.shutdown()
+        r.shutdown()

@@ -161,10 +161,12 @@ TEST_CASE("abort undoes recorded writes through the undo executor; the view show
   c.write(*t, "f", 15, " and more");
   CHECK(c.read("f") == "UNCOMMITTEDytes and more");
   CHECK(c.read_committed("f") == "committed bytes");
-  struct stat st;
-  REQUIRE(::stat(c.p("f").c_str(), &st) == 0);
-  CHECK(!c.env.view.attrs(c.inode("f")->nodeid, st));  // changed: do not cache
-  CHECK(st.st_size == 15);                               // the committed size
+  struct stat st {};
+  int fd = ::open(c.p("f").c_str(), O_PATH | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  CHECK(!c.env.view.attrs(c.inode("f")->nodeid, fd, st));  // changed: do not cache
+  CHECK(st.st_size == 15);                                   // the committed size
+  ::close(fd);
 
   CHECK(c.txns->abort(::getuid(), t->id()) == 0);
   CHECK(c.read("f") == "committed bytes");

@@ -58,6 +58,13 @@ InodePtr inode_of(fuse_req_t req, fuse_ino_t nodeid);
 // handle table if it is not there yet, and fills `e`. Returns 0 or an errno.
 int do_lookup(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e);
 
+class Op;
+// Makes `e` (a found entry, for LOOKUP or READDIRPLUS) what op's requester may see and
+// the kernel may keep: the committed attributes of an object other open transactions
+// changed, and the cache lifetimes (none for the attributes when `volatile_entry` or
+// when they were replaced: see committed_attrs_for in ops_entry.cc).
+void finish_entry(const Op &op, fuse_entry_param &e, bool volatile_entry);
+
 // fi->fh of an open file: the backing fd, plus kDirectIoFh when the kernel serves the
 // open without its page cache (FOPEN_DIRECT_IO).
 // kTxnWriterFh marks an open a transaction made with write access, known to

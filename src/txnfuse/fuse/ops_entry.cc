@@ -112,16 +112,17 @@ int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
 
 int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e, const Op *op = nullptr);
 
-// Replaces `st` (read from the tree) by the committed attributes where the requester
-// must see those: a plain reader while transactions are open, and a transaction reading
-// a directory that other open transactions changed and it did not (it reads
-// directories under IS, op_getattr). Returns true when it did: they may change, so the
-// kernel must not cache them. (A directory both it and others changed shows both.)
-bool committed_attrs_for(const Op &op, uint64_t nodeid, struct stat &st) {
-  if (op.plain_isolated()) return !op.fs().view.attrs(nodeid, st);
-  if (op.txn() && S_ISDIR(st.st_mode) && !op.txn()->changed_shared(nodeid))
-    return !op.fs().view.attrs(nodeid, st);
-  return false;
+// Replaces `st` (read from the tree through `fd`) by the committed attributes where the
+// requester must see those: a plain reader while transactions are open, and a
+// transaction reading an object that other open transactions changed and it did not --
+// a directory (it reads directories under IS, op_getattr) or anything it looks up (a
+// LOOKUP locks the name, not the object it names). Returns true when it did: they may
+// change, so the kernel must not cache them; cached, they would be served to everyone
+// for the mount's attribute lifetime. (A directory both it and others changed shows
+// both.)
+bool committed_attrs_for(const Op &op, uint64_t nodeid, int fd, struct stat &st) {
+  bool committed = op.plain_isolated() || (op.txn() && !op.txn()->changed_shared(nodeid));
+  return committed && !op.fs().view.attrs(nodeid, fd, st);
 }
 
 // Whether the directory `fd` is in the tree: its ".." chain reaches the tree's root
@@ -194,9 +195,18 @@ int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e, const Op *op) {
 // changed the entry, so the answer must not be cached.
 int lookup_committed(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e,
                      bool *snapshot) {
-  bool unrecorded = false;
-  int err = lookup_name(fs, parent, name, false, e, &unrecorded);
-  auto before = fs.view.before(parent->nodeid, name);
+  bool unrecorded;
+  int err;
+  std::optional<EntryBefore> before;
+  for (int attempt = 0;; attempt++) {
+    uint64_t epoch = fs.view.epoch();
+    unrecorded = false;
+    err = lookup_name(fs, parent, name, false, e, &unrecorded);
+    before = fs.view.before(parent->nodeid, name);
+    if (fs.view.epoch() == epoch) break;
+    if (err == 0) fs.inodes.forget(e->ino, 1);  // a rollback may have moved it: again
+    if (attempt == CommittedView::kMaxRereads) return EIO;
+  }
   *snapshot = before.has_value();
   if (!before) {
     // Only now is the object known to be committed. Recorded before the check, the row
@@ -233,7 +243,6 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
       else if (!(err = op.lock_entry(parent, name, false))) err = lookup_name(fs, p, name, false, &e);
       // What an open transaction may still change must not stay in kernel caches.
       bool volatile_entry = snapshot || (op.txn() && fs.view.before(parent, name));
-      if (!err && committed_attrs_for(op, e.ino, e.attr)) volatile_entry = true;
       if (err == ENOENT) {  // negative entry: the kernel may cache the miss
         std::memset(&e, 0, sizeof e);
         op.set_timeouts(e, volatile_entry);
@@ -241,8 +250,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
         return;
       }
       if (!err) {
-        op.set_timeouts(e, volatile_entry);
-        if (volatile_entry) e.attr_timeout = 0;
+        finish_entry(op, e, volatile_entry);
         fuse_reply_entry(req, &e);
         return;
       }
@@ -285,7 +293,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
   if (!err) err = stat_fd(fd.get(), &st);
   if (err) return (void)fuse_reply_err(req, err);
   double timeout = op.attr_timeout(nodeid);
-  if (committed_attrs_for(op, nodeid, st)) timeout = 0;
+  if (committed_attrs_for(op, nodeid, fd.get(), st)) timeout = 0;
   op.adjust(st);
   fuse_reply_attr(req, &st, timeout);
 }
@@ -640,6 +648,15 @@ void add_entry_ops(fuse_lowlevel_ops &ops) {
 
 int do_lookup(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e) {
   return lookup_name(fs, parent, name, false, e);
+}
+
+void finish_entry(const Op &op, fuse_entry_param &e, bool volatile_entry) {
+  Fs &fs = op.fs();
+  if (InodePtr i = fs.inodes.get(e.ino))
+    if (InodeFd fd = fs.pin(*i); fd && committed_attrs_for(op, e.ino, fd.get(), e.attr))
+      volatile_entry = true;
+  op.set_timeouts(e, volatile_entry);
+  if (volatile_entry) e.attr_timeout = 0;
 }
 
 }  // namespace txnfs

@@ -94,13 +94,11 @@ std::optional<ObjectBefore> CommittedView::object(uint64_t nodeid) {
 }
 
 ssize_t CommittedView::read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) {
-  // Each retry means another transaction finished meanwhile (or is about to: its log
-  // goes just before it is forgotten), so this ends as soon as the mount is quiet for
-  // one pread; the bound only turns a bug into an error instead of a spin.
-  for (int attempt = 0; attempt < 100000; attempt++) {
-    uint64_t before = forgotten_.load(std::memory_order_acquire);
+  // (-EAGAIN: a saved range was gone, its transaction is about to be forgotten.)
+  for (int attempt = 0; attempt < kMaxRereads; attempt++) {
+    uint64_t before = epoch();
     ssize_t n = read_once(nodeid, fd, buf, size, off);
-    if (n != -EAGAIN && forgotten_.load(std::memory_order_acquire) == before) return n;
+    if (n != -EAGAIN && epoch() == before) return n;
     if (n == -EAGAIN) std::this_thread::yield();
   }
   return -EIO;
@@ -124,11 +122,19 @@ ssize_t CommittedView::read_once(uint64_t nodeid, int fd, char *buf, size_t size
   return ssize_t(len);
 }
 
-bool CommittedView::attrs(uint64_t nodeid, struct stat &st) {
-  auto b = object(nodeid);
-  if (!b) return true;
-  st = b->st;
-  return false;
+bool CommittedView::attrs(uint64_t nodeid, int fd, struct stat &st) {
+  for (int attempt = 0; attempt < kMaxRereads; attempt++) {
+    uint64_t before = epoch();
+    struct stat tree;
+    if (::fstatat(fd, "", &tree, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return true;
+    if (auto b = object(nodeid)) {
+      st = b->st;
+      return false;
+    }
+    st = tree;
+    if (epoch() == before) return true;
+  }
+  return true;
 }
 
 UniqueFd CommittedView::xattr_source(uint64_t nodeid, int fd) {
@@ -139,6 +145,16 @@ UniqueFd CommittedView::xattr_source(uint64_t nodeid, int fd) {
 }
 
 std::vector<ListedEntry> CommittedView::listing(uint64_t dir, DIR *dp) {
+  std::vector<ListedEntry> out;
+  for (int attempt = 0; attempt < kMaxRereads; attempt++) {
+    uint64_t before = epoch();
+    out = listing_once(dir, dp);
+    if (epoch() == before) break;
+  }
+  return out;
+}
+
+std::vector<ListedEntry> CommittedView::listing_once(uint64_t dir, DIR *dp) {
   std::vector<ListedEntry> out;
   std::map<std::string, size_t> index;
   ::rewinddir(dp);

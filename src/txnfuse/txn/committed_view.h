@@ -5,8 +5,12 @@
 // A transaction records an entry's state here (under its X lock on the entry)
 // *before* it changes the entry, and forgets its records only after its commit or
 // rollback is complete. A reader therefore reads the tree first and this registry
-// second: whatever uncommitted change it saw in the tree is overridden here, and a
-// transaction that finished in between left the committed state in the tree.
+// second: whatever uncommitted change it saw in the tree is overridden here. A
+// transaction that finished in between is the one hazard: a commit left in the tree
+// what the reader saw, but a rollback restored the tree *after* the reader read it and
+// took away the record that would have hidden the rolled-back state. So every reader
+// reads again when a transaction was forgotten while it read (epoch()); one that saw
+// none finish is consistent.
 #pragma once
 #include <dirent.h>
 #include <sys/stat.h>
@@ -92,9 +96,11 @@ class CommittedView {
   // was forgotten, or that finds a saved range gone, is done again; one that saw no
   // transaction finish is consistent by the order above.
   ssize_t read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) EXCLUDES(mu_);
-  // Corrects `st` (read from the tree) to the committed attributes. Returns false when
-  // an open transaction changed them (they may still change: do not cache them).
-  bool attrs(uint64_t nodeid, struct stat &st) EXCLUDES(mu_);
+  // The committed attributes of `nodeid`: fstat of `fd` (the object in the tree),
+  // replaced by what an open transaction saved before changing them. Returns false
+  // when it replaced them (they may still change: do not cache them). On a failed
+  // fstat `st` is left as the caller read it.
+  bool attrs(uint64_t nodeid, int fd, struct stat &st) EXCLUDES(mu_);
   // Where the committed xattrs of `nodeid` are: an O_PATH fd of the snapshot an open
   // transaction saved, or of `fd` (the object) itself.
   UniqueFd xattr_source(uint64_t nodeid, int fd) EXCLUDES(mu_);
@@ -102,7 +108,17 @@ class CommittedView {
   // entries open transactions changed are shown as they were before.
   std::vector<ListedEntry> listing(uint64_t dir, DIR *dp) EXCLUDES(mu_);
 
+  // How many transactions were forgotten so far. A reader that reads the tree and then
+  // this view reads both again when it changed in between (see the top of this file).
+  uint64_t epoch() const { return forgotten_.load(std::memory_order_acquire); }
+  // Bounds those rereads: each means another transaction finished meanwhile, so they
+  // end as soon as the mount is quiet for one read; the bound only turns a bug into an
+  // error (or a possibly stale answer) instead of a spin.
+  static constexpr int kMaxRereads = 100000;
+
  private:
+  // One attempt of listing().
+  std::vector<ListedEntry> listing_once(uint64_t dir, DIR *dp) EXCLUDES(mu_);
   // One attempt of read(); -EAGAIN when a saved range was gone.
   ssize_t read_once(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) EXCLUDES(mu_);
   // Transactions forgotten so far (read() compares it before and after).
