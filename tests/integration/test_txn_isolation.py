@@ -835,3 +835,40 @@ def test_a_lookup_by_a_transaction_caches_no_uncommitted_attributes(mnt):
     finally:
         w.shutdown()
         r.shutdown()
+
+
+def test_plain_xattr_readers_see_only_committed_values(mnt):
+    """A transaction sets f's user.v (and adds user.r), then rolls back, over and over,
+    while a plain thread reads user.v and lists f's xattrs as fast as it can: it sees
+    the committed value and names only -- never a rolled-back value, never a name that
+    was only ever rolled back."""
+    m = mnt.path
+    f = m / "f"
+    tl.write_file(f, b"x")
+    os.setxattr(f, "user.v", b"committed")
+    stop = threading.Event()
+    seen: set = set()
+    reads = [0]
+
+    def reader():
+        while not stop.is_set():
+            seen.add(os.getxattr(f, "user.v"))
+            seen.add(tuple(sorted(os.listxattr(f))))
+            reads[0] += 1
+
+    th = threading.Thread(target=reader)
+    th.start()
+    try:
+        for k in range(1000):
+            tid = tl.txn_begin(m)
+            try:
+                os.setxattr(f, "user.v", b"rolled back %d" % k)
+                os.setxattr(f, "user.r", b"rolled back")
+            finally:
+                assert tl.txn_abort(m, tid) == 0
+    finally:
+        stop.set()
+        th.join(30)
+    assert not th.is_alive(), "the reader hung"
+    assert reads[0] > 0
+    assert seen == {b"committed", ("user.v",)}, f"a plain reader saw {seen}"

@@ -169,30 +169,22 @@ void reply_xattr_result(fuse_req_t req, size_t size, ssize_t n, const std::vecto
   fuse_reply_buf(req, buf.data(), size_t(n));
 }
 
-// Where a request reads xattrs: the object itself, or — for a plain request while an
-// open transaction has changed them — the snapshot that transaction saved. An O_PATH
-// fd (err() tells why there is none).
-UniqueFd xattr_source(Op &op, const Inode &i) {
-  InodeFd fd = op.fs().pin(i);
-  if (!fd) {
-    errno = fd.err();
-    return UniqueFd(-1);
-  }
-  if (op.plain_isolated()) return op.fs().view.xattr_source(i.nodeid, fd.get());
-  return UniqueFd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
-}
-
-// getxattr/listxattr: `call(path, buf, size)` on the xattr source of the object.
+// getxattr/listxattr: `call(path, buf, size)` on the object -- for a plain request
+// while transactions are open, its committed xattrs (txn/committed_view.h).
 template <typename Call>
 void read_xattrs(fuse_req_t req, fuse_ino_t nodeid, size_t size, Call call) {
   Op op(req);
   auto [i, err] = op.on(nodeid);
   if (!err && !op.plain_isolated()) err = op.lock_object(nodeid, LockMode::S);
+  InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
+  if (!err && !fd) err = fd.err();
   if (err) return (void)fuse_reply_err(req, err);
-  UniqueFd fd = xattr_source(op, *i);
-  if (!fd) return (void)fuse_reply_err(req, fd.err());
   std::vector<char> buf(size);
-  ssize_t n = call(proc_path(fd.get()).c_str(), size ? buf.data() : nullptr, size);
+  auto read = [&](int from) {
+    return call(proc_path(from).c_str(), size ? buf.data() : nullptr, size);
+  };
+  ssize_t n = op.plain_isolated() ? op.fs().view.read_xattrs(i->nodeid, fd.get(), read)
+                                  : read(fd.get());
   reply_xattr_result(req, size, n, buf);
 }
 

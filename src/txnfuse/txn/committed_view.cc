@@ -137,11 +137,29 @@ bool CommittedView::attrs(uint64_t nodeid, int fd, struct stat &st) {
   return true;
 }
 
-UniqueFd CommittedView::xattr_source(uint64_t nodeid, int fd) {
-  auto b = object(nodeid);
-  if (b && !b->xattrs.empty())
-    return UniqueFd(::openat(b->log.get(), b->xattrs.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
-  return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+ssize_t CommittedView::read_xattrs(uint64_t nodeid, int fd,
+                                   const std::function<ssize_t(int)> &read) {
+  for (int attempt = 0; attempt < kMaxRereads; attempt++) {
+    uint64_t before = epoch();
+    ssize_t n = read(fd);
+    int err = errno;
+    auto b = object(nodeid);
+    if (b && !b->xattrs.empty()) {
+      UniqueFd snap(::openat(b->log.get(), b->xattrs.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!snap) {  // its transaction is ending (the log goes first): read again
+        std::this_thread::yield();
+        continue;
+      }
+      n = read(snap.get());
+      err = errno;
+    }
+    if (epoch() == before) {
+      errno = err;
+      return n;
+    }
+  }
+  errno = EIO;
+  return -1;
 }
 
 std::vector<ListedEntry> CommittedView::listing(uint64_t dir, DIR *dp) {

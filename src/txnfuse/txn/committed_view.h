@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -101,9 +102,11 @@ class CommittedView {
   // when it replaced them (they may still change: do not cache them). On a failed
   // fstat `st` is left as the caller read it.
   bool attrs(uint64_t nodeid, int fd, struct stat &st) EXCLUDES(mu_);
-  // Where the committed xattrs of `nodeid` are: an O_PATH fd of the snapshot an open
-  // transaction saved, or of `fd` (the object) itself.
-  UniqueFd xattr_source(uint64_t nodeid, int fd) EXCLUDES(mu_);
+  // Reads the committed xattrs of `nodeid`: `read(fd)` on `fd` (the object, an O_PATH
+  // fd), then, if an open transaction changed them, on the snapshot it saved before
+  // (an O_PATH fd too). Returns what the read that counts returned, errno set by it.
+  ssize_t read_xattrs(uint64_t nodeid, int fd, const std::function<ssize_t(int)> &read)
+      EXCLUDES(mu_);
   // The committed listing of directory `dir` read through `dp` (rewound first): the
   // entries open transactions changed are shown as they were before.
   std::vector<ListedEntry> listing(uint64_t dir, DIR *dp) EXCLUDES(mu_);
