@@ -872,3 +872,33 @@ def test_plain_xattr_readers_see_only_committed_values(mnt):
     assert not th.is_alive(), "the reader hung"
     assert reads[0] > 0
     assert seen == {b"committed", ("user.v",)}, f"a plain reader saw {seen}"
+
+
+def test_a_file_handle_resolved_while_a_transaction_changed_the_file_shows_committed_attributes(mnt):
+    """Transaction W truncates f; the kernel then forgets f's inode, and a plain process
+    opens f by its file handle -- the kernel asks the daemon LOOKUP(nodeid, "."), as an
+    NFS server does for every handle it has not seen lately. That process, and a plain
+    stat after it, must see the committed size: the LOOKUP's answer must neither be W's
+    attributes nor stay in the kernel's cache while W is open."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = mnt.path
+    tl.write_file(m / "f", b"0123456789")
+    fh = tl.name_to_handle_at(m / "f")
+    w = ThreadPoolExecutor(1)
+    mfd = os.open(m, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        wid = w.submit(tl.txn_begin, m).result()
+        w.submit(os.truncate, m / "f", 3).result()
+        Path("/proc/sys/vm/drop_caches").write_text("2\n")  # f's dentry and inode go
+        fd = tl.open_by_handle_at(mfd, fh, os.O_PATH)
+        try:
+            assert os.fstat(fd).st_size == 10, "a handle showed W's uncommitted size"
+        finally:
+            os.close(fd)
+        assert os.stat(m / "f").st_size == 10
+        assert w.submit(tl.txn_abort, m, wid).result() == 0
+        assert os.stat(m / "f").st_size == 10
+    finally:
+        os.close(mfd)
+        w.shutdown()

@@ -260,7 +260,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
     err = EIO;
   }
   if (err) return (void)fuse_reply_err(req, err);
-  op.set_timeouts(e);
+  finish_entry(op, e, false);  // LOOKUP "." (a file handle): as any other lookup
   fuse_reply_entry(req, &e);
 }
 
