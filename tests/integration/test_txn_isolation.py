@@ -902,3 +902,28 @@ def test_a_file_handle_resolved_while_a_transaction_changed_the_file_shows_commi
     finally:
         os.close(mfd)
         w.shutdown()
+
+
+def test_plain_lookups_leave_no_entry_the_transaction_would_see(mnt):
+    """A plain reader looks up names an open transaction W removed and made: it is shown
+    the committed state (the removed name, and no made name). The kernel keeps one
+    dentry per name for everyone, so that answer must not be cached: W must still see
+    its own removal and its own creation."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = mnt.path
+    tl.write_file(m / "gone", b"x")
+    w = ThreadPoolExecutor(1)
+    try:
+        wid = w.submit(tl.txn_begin, m).result()
+        w.submit(os.unlink, m / "gone").result()
+        w.submit(tl.write_file, m / "made", b"new").result()
+        assert os.path.lexists(m / "gone")              # plain readers: committed
+        assert not os.path.lexists(m / "made")
+        assert w.submit(os.path.lexists, m / "made").result(), "W lost the name it made"
+        assert not w.submit(os.path.lexists, m / "gone").result(), "W sees the name it removed"
+        assert w.submit(tl.txn_commit, m, wid).result() == 0
+        assert not os.path.lexists(m / "gone")
+        assert (m / "made").read_bytes() == b"new"
+    finally:
+        w.shutdown()

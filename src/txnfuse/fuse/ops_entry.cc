@@ -246,11 +246,13 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
       if (err == ENOENT) {  // negative entry: the kernel may cache the miss
         std::memset(&e, 0, sizeof e);
         op.set_timeouts(e, volatile_entry);
-        fuse_reply_entry(req, &e);
-        return;
-      }
-      if (!err) {
+      } else if (!err) {
         finish_entry(op, e, volatile_entry);
+      }
+      if (err == 0 || err == ENOENT) {
+        // A plain reader was shown the committed entry, which the transaction that
+        // changed it must not be shown: the kernel has one dentry for both.
+        if (snapshot) e.entry_timeout = 0;
         fuse_reply_entry(req, &e);
         return;
       }
