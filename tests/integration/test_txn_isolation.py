@@ -23,6 +23,7 @@ import errno
 import json
 import os
 import random
+import struct
 import subprocess
 import sys
 import threading
@@ -925,5 +926,54 @@ def test_plain_lookups_leave_no_entry_the_transaction_would_see(mnt):
         assert w.submit(tl.txn_commit, m, wid).result() == 0
         assert not os.path.lexists(m / "gone")
         assert (m / "made").read_bytes() == b"new"
+    finally:
+        w.shutdown()
+
+
+def test_a_link_made_by_a_transaction_leaves_the_committed_link_count(mnt):
+    """Transaction W links f to a second name: plain readers keep seeing one link -- from
+    the daemon and from the kernel, which W's LINK reply would otherwise fill with two --
+    until W commits; W sees two at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = mnt.path
+    tl.write_file(m / "f", b"x")
+    w = ThreadPoolExecutor(1)
+    try:
+        wid = w.submit(tl.txn_begin, m).result()
+        w.submit(os.link, m / "f", m / "f2").result()
+        assert w.submit(lambda: os.stat(m / "f").st_nlink).result() == 2
+        assert os.stat(m / "f").st_nlink == 1, "a plain stat saw the uncommitted link count"
+        assert not os.path.lexists(m / "f2")
+        assert w.submit(tl.txn_commit, m, wid).result() == 0
+        assert os.stat(m / "f").st_nlink == 2
+    finally:
+        w.shutdown()
+
+
+def test_a_chmod_by_a_transaction_leaves_the_committed_acl(mnt):
+    """f has an access ACL with a mask; transaction W chmods it, and XFS rewrites the
+    ACL's mask with the group bits. Plain readers keep reading the committed ACL from the
+    daemon (XFS's own xattr, which no kernel cache holds) until W ends; the abort restores
+    it byte for byte."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    m = mnt.path
+    f = m / "f"
+    tl.write_file(f, b"x")
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, ident) for tag, perm, ident in (
+        (0x01, 7, 0xFFFFFFFF), (0x02, 7, tl.NOBODY_UID), (0x04, 5, 0xFFFFFFFF),
+        (0x10, 7, 0xFFFFFFFF), (0x20, 0, 0xFFFFFFFF)))
+    os.setxattr(f, "system.posix_acl_access", acl)
+    xfs_acl = "trusted.SGI_ACL_FILE"      # XFS's on-disk ACL, read through the daemon
+    committed = os.getxattr(f, xfs_acl)
+    w = ThreadPoolExecutor(1)
+    try:
+        wid = w.submit(tl.txn_begin, m).result()
+        w.submit(os.chmod, f, 0o600).result()
+        assert w.submit(os.getxattr, f, xfs_acl).result() != committed  # the mask moved
+        assert os.getxattr(f, xfs_acl) == committed, "a plain reader saw the uncommitted ACL"
+        assert w.submit(tl.txn_abort, m, wid).result() == 0
+        assert os.getxattr(f, xfs_acl) == committed
     finally:
         w.shutdown()

@@ -300,13 +300,25 @@ void op_getattr(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *) {
   fuse_reply_attr(req, &st, timeout);
 }
 
+// Does the object have an access ACL? (A mode change rewrites its mask.)
+bool has_access_acl(Fs &fs, const Inode &i) {
+  if (S_ISLNK(i.type)) return false;
+  InodeFd fd = fs.pin(i);
+  return fd && ::getxattr(proc_path(fd.get()).c_str(), "system.posix_acl_access", nullptr, 0) >= 0;
+}
+
 void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
                 fuse_file_info *fi) {
   Op op(req);
   auto [i, err] = op.on(nodeid, LockMode::X);
-  if (!err && op.txn())
+  if (!err && op.txn()) {
     err = (valid & FUSE_SET_ATTR_SIZE) ? save_truncate(op.fs(), *op.txn(), *i, attr->st_size)
                                        : save_attrs(op.fs(), *op.txn(), *i);
+    // XFS keeps an access ACL's mask and the mode's group bits in step: a chmod changes
+    // the ACL xattr too, which plain readers must keep seeing as committed.
+    if (!err && (valid & FUSE_SET_ATTR_MODE) && has_access_acl(op.fs(), *i))
+      err = save_xattrs(op.fs(), *op.txn(), *i);
+  }
   InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
   if (!err && !fd) err = fd.err();
   if (err) return (void)fuse_reply_err(req, err);

@@ -414,6 +414,9 @@ int txn_link(TxnEnv &env, Txn &t, const Inode &obj, const Inode &newparent, cons
   return recording(env, t, "link", [&]() -> int {
     t.mu.assert_held();  // recording() runs it under t.mu
     save_attrs_locked(env, t, newparent, newdirfd);
+    // The object's link count changes: others must go on seeing the committed one
+    // (the committed view) and the kernel must not cache the new one (changed_shared).
+    save_attrs_locked(env, t, obj, objfd);
     note_before(env, t, newparent, newdirfd, newname);
     UndoStep s;
     s.kind = StepKind::Linked;
