@@ -394,6 +394,8 @@ def gen_case(seed: int, oracle: str, procs: int, nops: int) -> dict:
         case["lazy"] = seed % 2 == 1
     if oracle in ("abort", "commit"):  # every way of beginning, by seed (BEGINS): same results
         case["begin"] = BEGINS[seed // 2 % len(BEGINS)]
+        # half the seeds (lazy and durable commits alike) with a plain Observer
+        case["observer"] = seed // 2 % 2 == 0
     if oracle == "crash":
         kind = rng.choice(("kill", "power", "inject"))
         case["crash"] = {"kind": kind, "after": rng.randrange(0, max(1, nops * procs)),
@@ -1021,6 +1023,7 @@ class Stats:
     flags: dict = field(default_factory=dict)        # "rename:EXCHANGE" -> count
     divergences: dict = field(default_factory=dict)  # id -> count
     crash: dict = field(default_factory=dict)        # kind/point -> count
+    observed: dict = field(default_factory=dict)     # Observer: "runs"/"snapshots" -> count
     failures: list = field(default_factory=list)
 
     def count_ops(self, lists):
@@ -1118,10 +1121,10 @@ class Fuzzer:
             raise Failure(oracle, "backups-left", f"STORE/.txnfs/backups after the run: {left[:10]}")
 
     def _run_group(self, root, lists, oracle, txn_bind=None, end=None, stop_after=None,
-                   crash_cb=None, begin="begin"):
+                   crash_cb=None, begin="begin", before_end=None):
         """Runs the lists in a Group; with txn_bind (the mount) inside a transaction bound
-        to the leader, ended by `end` ("commit" / "abort" / None: left open).
-        Returns (results, end_rc, tid)."""
+        to the leader, ended by `end` ("commit" / "abort" / None: left open; `before_end()`
+        is called right before). Returns (results, end_rc, tid)."""
         g = Group(root, len(lists))
         tid = None
         try:
@@ -1152,6 +1155,8 @@ class Fuzzer:
                 raise Failure(oracle, "stall", "workers did not exit (a close/release hangs)",
                               report="gdb backtrace of the daemon:\n" + bt)
             end_rc = None
+            if before_end:
+                before_end()
             if txn_bind and end:
                 fn = {"commit": tl.txn_commit, "commit-lazy": tl.txn_commit_lazy}.get(end, tl.txn_abort)
                 end_rc = _with_deadline(lambda: fn(txn_bind, tid), self.deadline)
@@ -1163,6 +1168,11 @@ class Fuzzer:
         finally:
             g.close()
 
+    def _count_observer(self, obs):
+        if obs:
+            for k, v in (("runs", 1), ("snapshots", obs.snapshots)):
+                self.stats.observed[k] = self.stats.observed.get(k, 0) + v
+
     # -- abort --------------------------------------------------------------
     def run_abort(self, case):
         oracle = "abort"
@@ -1172,8 +1182,15 @@ class Fuzzer:
         self._mount("a")
         populate(env.mnt, case["seed"], areas(case["procs"], case["shared"]))
         before = strip_atime(snap.stable_snapshot(env.mnt))
-        res, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt, "abort",
-                                     begin=begin_of(case))
+        obs = Observer(env.mnt, before, case["lists"]) if case.get("observer") else None
+        try:
+            res, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt, "abort",
+                                         begin=begin_of(case))
+        finally:
+            seen = obs.stop() if obs else None  # it watched the rollback too
+        self._count_observer(obs)
+        if seen:
+            raise Failure(oracle, "isolation", seen)
         if rc != 0:
             raise Failure(oracle, "abort-rc", f"txnfs_abort returned {rc} ({os.strerror(-rc)})")
         after = strip_atime(snap.snapshot(env.mnt))
@@ -1195,13 +1212,22 @@ class Fuzzer:
         populate(raw, case["seed"], ars)
         before_inos = {e["ino"] for e in snap.snapshot(env.mnt, handles=False).values()}
         by = Bystander(env.mnt) if (not txn and case.get("bystander")) else None
+        obs = (Observer(env.mnt, strip_atime(snap.stable_snapshot(env.mnt)), case["lists"])
+               if txn and case.get("observer") else None)
+        seen = []
         try:
             res_m, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt if txn else None,
                                            "commit-lazy" if case.get("lazy") else "commit",
-                                           begin=begin_of(case))
+                                           begin=begin_of(case),
+                                           before_end=obs and (lambda: seen.append(obs.stop())))
         finally:
             if by:
                 by.close()
+            if obs and not seen:
+                seen.append(obs.stop())
+        self._count_observer(obs)
+        if seen and seen[0]:
+            raise Failure(oracle, "isolation", seen[0])
         if txn and rc != 0:
             raise Failure(oracle, "commit-rc", f"txnfs_commit returned {rc} ({os.strerror(-rc)})")
         if case.get("lazy"):
@@ -1494,6 +1520,102 @@ class Fuzzer:
         return build(items), runs
 
 
+class Observer:
+    """A plain reader (a thread of this process, which no transaction binds) that takes
+    snapshots of the mount over and over while a transaction runs -- and, for the abort
+    oracle, while it is rolled back. The committed state stays `expected` all that time,
+    so every entry of every snapshot must equal it (atime aside): anything else is the
+    transaction's uncommitted or rolled-back state reaching a plain reader, through the
+    daemon or a kernel cache. The transaction, for its part, must keep seeing its own
+    changes whatever the reader made the kernel cache: the commit oracle checks that
+    against XFS."""
+
+    def __init__(self, mnt, expected: dict, lists):
+        import threading
+        self.mnt = mnt
+        # Names a transaction's rename touched are exempt, with everything below them: the
+        # kernel moves its cached dentry to the new name, which other processes may see
+        # until the transaction ends (docs/isolation.md, "Renames by a transaction").
+        self.exempt = sorted({o[k] for lst in lists for o in lst if o["o"] == "rename"
+                              for k in ("p", "q")})
+        # The kernel caches POSIX ACLs per inode and updates that copy itself when the
+        # transaction sets an ACL or a mode (docs/isolation.md, "POSIX ACLs"): the ACL
+        # xattrs of what it chmods or sets xattrs on are not judged.
+        self.acl_exempt = {o["p"] for lst in lists for o in lst
+                           if o["o"] in ("chmod", "setxattr", "removexattr")}
+        self.expected = self._judged(expected)
+        self.snapshots = 0
+        self.failure: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        while not self._stop.is_set() and self.failure is None:
+            try:
+                got = self._judged(strip_atime(self._snapshot()))
+            except OSError as e:
+                self.failure = f"a plain reader failed on a committed path: {e!r}"
+                return
+            if got != self.expected:
+                self.failure = ("a plain reader saw state that was never committed "
+                                "(expected = committed):\n  "
+                                + "\n  ".join(snap.diff(self.expected, got)))
+                return
+            self.snapshots += 1
+            time.sleep(0.001)
+
+    def _is_exempt(self, rel: str) -> bool:
+        return any(rel == x or rel.startswith(x + "/") for x in self.exempt)
+
+    def _snapshot(self) -> dict:
+        """snap.snapshot(), but exempt names are not visited at all, and an error names
+        its path. (Looking up the committed place of a directory the transaction moved
+        would make the kernel move that directory's one dentry back there, under the
+        transaction's feet: docs/isolation.md.)"""
+        out = {}
+
+        def visit(path: str, rel: str):
+            if self._is_exempt(rel):
+                return
+            try:
+                st = os.lstat(path)
+                out[rel] = snap._entry(path, st, True)
+                if stat.S_ISDIR(st.st_mode):
+                    fd = snap._open_noatime(path, os.O_RDONLY | os.O_DIRECTORY)
+                    try:
+                        names = sorted(os.listdir(fd))
+                    finally:
+                        os.close(fd)
+                    out[rel]["entries"] = names
+                    for n in names:
+                        visit(os.path.join(path, n), n if rel == "." else f"{rel}/{n}")
+            except OSError as e:
+                raise OSError(e.errno, f"{rel}: {e.strerror}") from e
+
+        visit(str(self.mnt), ".")
+        return out
+
+    def _judged(self, snapshot: dict) -> dict:
+        out = {}
+        for rel, e in snapshot.items():
+            if self._is_exempt(rel):
+                continue
+            if rel in self.acl_exempt:
+                e = dict(e, xattrs={k: v for k, v in e["xattrs"].items()
+                                    if not k.startswith("system.posix_acl_")})
+            out[rel] = e
+        return out
+
+    def stop(self) -> str | None:
+        """Stops it; the violation it saw, or None."""
+        self._stop.set()
+        self._thread.join(OP_DEADLINE)
+        if self._thread.is_alive():
+            return "the plain observer's snapshot did not return (stalled)"
+        return self.failure
+
+
 class Bystander:
     """An idle transaction of another process, open while plain requests run (the daemon
     takes its plain-isolated paths then)."""
@@ -1632,6 +1754,8 @@ def summary(st: Stats) -> str:
     lines.append("flags covered: " + ", ".join(f"{k} {v}" for k, v in sorted(st.flags.items())))
     if st.crash:
         lines.append("crashes: " + ", ".join(f"{k} {v}" for k, v in sorted(st.crash.items())))
+    if st.observed:
+        lines.append("plain observer: " + ", ".join(f"{k} {v}" for k, v in sorted(st.observed.items())))
     lines.append("documented divergences met: " + (", ".join(
         f"{k} {v}" for k, v in sorted(st.divergences.items())) or "none"))
     lines.append(f"failures: {len(st.failures)}")

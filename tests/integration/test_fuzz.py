@@ -103,6 +103,12 @@ def test_every_op_and_flag_is_generated():
     # txnfs_begin3 with a lock timeout and a lock set)
     for oracle in ("abort", "commit"):
         assert {fz.gen_case(s, oracle, 1, OPS)["begin"] for s in range(6)} == set(fz.BEGINS)
+        # half the cases with a plain Observer reading the mount concurrently
+        assert {fz.gen_case(s, oracle, 1, OPS)["observer"] for s in range(4)} == {False, True}
+    # ... which watches lazy and durable commits alike
+    assert {(c["observer"], c["lazy"]) for c in (fz.gen_case(s, "commit", 1, OPS)
+                                                 for s in range(8))} == {
+        (o, lz) for o in (False, True) for lz in (False, True)}
     want = ([f"rename:{f}" for f in fz.RENAME_FLAGS] + [f"fallocate:{f}" for f in fz.FALLOC_FLAGS]
             + [f"open:{f}" for f in fz.OPEN_FLAGS] + [f"uid:{o}" for o in fz.AS_NOBODY]
             + [f"umask:{o}" for o in fz.UMASK_OPS])
