@@ -1553,9 +1553,12 @@ class Observer:
     def _loop(self):
         while not self._stop.is_set() and self.failure is None:
             try:
-                got = self._judged(strip_atime(self._snapshot()))
+                # Exempt names are not visited at all: a plain lookup of the committed
+                # place of a directory the transaction moved would make the kernel move
+                # that directory's one dentry back there, under the transaction's feet.
+                got = self._judged(strip_atime(snap.snapshot(self.mnt, skip=self._is_exempt)))
             except OSError as e:
-                self.failure = f"a plain reader failed on a committed path: {e!r}"
+                self.failure = f"a plain reader failed on a committed path: {e}"
                 return
             if got != self.expected:
                 self.failure = ("a plain reader saw state that was never committed "
@@ -1567,34 +1570,6 @@ class Observer:
 
     def _is_exempt(self, rel: str) -> bool:
         return any(rel == x or rel.startswith(x + "/") for x in self.exempt)
-
-    def _snapshot(self) -> dict:
-        """snap.snapshot(), but exempt names are not visited at all, and an error names
-        its path. (Looking up the committed place of a directory the transaction moved
-        would make the kernel move that directory's one dentry back there, under the
-        transaction's feet: docs/isolation.md.)"""
-        out = {}
-
-        def visit(path: str, rel: str):
-            if self._is_exempt(rel):
-                return
-            try:
-                st = os.lstat(path)
-                out[rel] = snap._entry(path, st, True)
-                if stat.S_ISDIR(st.st_mode):
-                    fd = snap._open_noatime(path, os.O_RDONLY | os.O_DIRECTORY)
-                    try:
-                        names = sorted(os.listdir(fd))
-                    finally:
-                        os.close(fd)
-                    out[rel]["entries"] = names
-                    for n in names:
-                        visit(os.path.join(path, n), n if rel == "." else f"{rel}/{n}")
-            except OSError as e:
-                raise OSError(e.errno, f"{rel}: {e.strerror}") from e
-
-        visit(str(self.mnt), ".")
-        return out
 
     def _judged(self, snapshot: dict) -> dict:
         out = {}

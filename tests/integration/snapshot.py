@@ -106,12 +106,15 @@ def _entry(path: str, st: os.stat_result, handles: bool) -> dict:
     return e
 
 
-def snapshot(root, *, handles: bool = True) -> dict:
-    """{relative path: entry} for root and everything below it (see the module doc)."""
+def snapshot(root, *, handles: bool = True, skip=None) -> dict:
+    """{relative path: entry} for root and everything below it (see the module doc);
+    a relative path for which skip(rel) is true is not visited at all."""
     root = str(root)
     out = {}
 
     def visit(path: str, rel: str):
+        if skip and skip(rel):
+            return
         st = os.lstat(path)              # before reading: reading must not change it
         out[rel] = _entry(path, st, handles)
         if stat.S_ISDIR(st.st_mode):
