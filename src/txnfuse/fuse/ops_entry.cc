@@ -112,17 +112,21 @@ int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
 
 int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e, const Op *op = nullptr);
 
+// Whether the requester must be shown the committed attributes of `nodeid`: a plain
+// reader while transactions are open, and a transaction reading an object that other
+// open transactions may have changed and it did not -- a directory (it reads
+// directories under IS, op_getattr) or anything it looks up (a LOOKUP locks the name,
+// not the object it names). (A directory both it and others changed shows both.)
+bool sees_committed_attrs(const Op &op, uint64_t nodeid) {
+  return op.plain_isolated() || (op.txn() && !op.txn()->changed_shared(nodeid));
+}
+
 // Replaces `st` (read from the tree through `fd`) by the committed attributes where the
-// requester must see those: a plain reader while transactions are open, and a
-// transaction reading an object that other open transactions changed and it did not --
-// a directory (it reads directories under IS, op_getattr) or anything it looks up (a
-// LOOKUP locks the name, not the object it names). Returns true when it did: they may
-// change, so the kernel must not cache them; cached, they would be served to everyone
-// for the mount's attribute lifetime. (A directory both it and others changed shows
-// both.)
+// requester must see those and an open transaction changed them. Returns true when it
+// did: they may change, so the kernel must not cache them; cached, they would be served
+// to everyone for the mount's attribute lifetime.
 bool committed_attrs_for(const Op &op, uint64_t nodeid, int fd, struct stat &st) {
-  bool committed = op.plain_isolated() || (op.txn() && !op.txn()->changed_shared(nodeid));
-  return committed && !op.fs().view.attrs(nodeid, fd, st);
+  return sees_committed_attrs(op, nodeid) && !op.fs().view.attrs(nodeid, fd, st);
 }
 
 // Whether the directory `fd` is in the tree: its ".." chain reaches the tree's root
@@ -666,9 +670,10 @@ int do_lookup(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param
 
 void finish_entry(const Op &op, fuse_entry_param &e, bool volatile_entry) {
   Fs &fs = op.fs();
-  if (InodePtr i = fs.inodes.get(e.ino))
-    if (InodeFd fd = fs.pin(*i); fd && committed_attrs_for(op, e.ino, fd.get(), e.attr))
-      volatile_entry = true;
+  if (sees_committed_attrs(op, e.ino))  // (never while no transaction is open)
+    if (InodePtr i = fs.inodes.get(e.ino))
+      if (InodeFd fd = fs.pin(*i); fd && !fs.view.attrs(e.ino, fd.get(), e.attr))
+        volatile_entry = true;
   op.set_timeouts(e, volatile_entry);
   if (volatile_entry) e.attr_timeout = 0;
 }
