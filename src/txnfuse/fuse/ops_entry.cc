@@ -199,17 +199,20 @@ int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e, const Op *op) {
 // changed the entry, so the answer must not be cached.
 int lookup_committed(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param *e,
                      bool *snapshot) {
-  bool unrecorded;
-  int err;
+  bool unrecorded = false, looked_up = false;
+  int err = 0;
   std::optional<EntryBefore> before;
-  for (int attempt = 0;; attempt++) {
-    uint64_t epoch = fs.view.epoch();
+  bool quiet = fs.view.until_quiet([&] {
+    if (looked_up) fs.inodes.forget(e->ino, 1);  // again: a rollback may have moved it
     unrecorded = false;
     err = lookup_name(fs, parent, name, false, e, &unrecorded);
+    looked_up = err == 0;
     before = fs.view.before(parent->nodeid, name);
-    if (fs.view.epoch() == epoch) break;
-    if (err == 0) fs.inodes.forget(e->ino, 1);  // a rollback may have moved it: again
-    if (attempt == CommittedView::kMaxRereads) return EIO;
+    return true;
+  });
+  if (!quiet) {
+    if (looked_up) fs.inodes.forget(e->ino, 1);
+    return EIO;
   }
   *snapshot = before.has_value();
   if (!before) {

@@ -94,14 +94,10 @@ std::optional<ObjectBefore> CommittedView::object(uint64_t nodeid) {
 }
 
 ssize_t CommittedView::read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) {
-  // (-EAGAIN: a saved range was gone, its transaction is about to be forgotten.)
-  for (int attempt = 0; attempt < kMaxRereads; attempt++) {
-    uint64_t before = epoch();
-    ssize_t n = read_once(nodeid, fd, buf, size, off);
-    if (n != -EAGAIN && epoch() == before) return n;
-    if (n == -EAGAIN) std::this_thread::yield();
-  }
-  return -EIO;
+  ssize_t n = 0;
+  if (!until_quiet([&] { return (n = read_once(nodeid, fd, buf, size, off)) != -EAGAIN; }))
+    return -EIO;
+  return n;
 }
 
 ssize_t CommittedView::read_once(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) {
@@ -123,52 +119,44 @@ ssize_t CommittedView::read_once(uint64_t nodeid, int fd, char *buf, size_t size
 }
 
 bool CommittedView::attrs(uint64_t nodeid, int fd, struct stat &st) {
-  for (int attempt = 0; attempt < kMaxRereads; attempt++) {
-    uint64_t before = epoch();
+  bool replaced = false;
+  until_quiet([&] {
     struct stat tree;
     if (::fstatat(fd, "", &tree, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return true;
-    if (auto b = object(nodeid)) {
-      st = b->st;
-      return false;
-    }
-    st = tree;
-    if (epoch() == before) return true;
-  }
-  return true;
+    auto b = object(nodeid);
+    replaced = b.has_value();
+    st = replaced ? b->st : tree;
+    return true;
+  });
+  return !replaced;
 }
 
 ssize_t CommittedView::read_xattrs(uint64_t nodeid, int fd,
                                    const std::function<ssize_t(int)> &read) {
-  for (int attempt = 0; attempt < kMaxRereads; attempt++) {
-    uint64_t before = epoch();
-    ssize_t n = read(fd);
-    int err = errno;
+  ssize_t n = -1;
+  int err = EIO;
+  bool done = until_quiet([&] {
+    n = read(fd);
+    err = errno;
     auto b = object(nodeid);
     if (b && !b->xattrs.empty()) {
       UniqueFd snap(::openat(b->log.get(), b->xattrs.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
-      if (!snap) {  // its transaction is ending (the log goes first): read again
-        std::this_thread::yield();
-        continue;
-      }
+      if (!snap) return false;  // its transaction is ending (the log goes first)
       n = read(snap.get());
       err = errno;
     }
-    if (epoch() == before) {
-      errno = err;
-      return n;
-    }
-  }
-  errno = EIO;
-  return -1;
+    return true;
+  });
+  errno = done ? err : EIO;
+  return done ? n : -1;
 }
 
 std::vector<ListedEntry> CommittedView::listing(uint64_t dir, DIR *dp) {
   std::vector<ListedEntry> out;
-  for (int attempt = 0; attempt < kMaxRereads; attempt++) {
-    uint64_t before = epoch();
+  until_quiet([&] {
     out = listing_once(dir, dp);
-    if (epoch() == before) break;
-  }
+    return true;
+  });
   return out;
 }
 

@@ -9,7 +9,7 @@
 // transaction that finished in between is the one hazard: a commit left in the tree
 // what the reader saw, but a rollback restored the tree *after* the reader read it and
 // took away the record that would have hidden the rolled-back state. So every reader
-// reads again when a transaction was forgotten while it read (epoch()); one that saw
+// reads again when a transaction was forgotten while it read (until_quiet()); one that saw
 // none finish is consistent.
 #pragma once
 #include <dirent.h>
@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -111,20 +112,31 @@ class CommittedView {
   // entries open transactions changed are shown as they were before.
   std::vector<ListedEntry> listing(uint64_t dir, DIR *dp) EXCLUDES(mu_);
 
-  // How many transactions were forgotten so far. A reader that reads the tree and then
-  // this view reads both again when it changed in between (see the top of this file).
-  uint64_t epoch() const { return forgotten_.load(std::memory_order_acquire); }
-  // Bounds those rereads: each means another transaction finished meanwhile, so they
-  // end as soon as the mount is quiet for one read; the bound only turns a bug into an
-  // error (or a possibly stale answer) instead of a spin.
-  static constexpr int kMaxRereads = 100000;
+  // Runs `attempt` -- a read of the tree first and of this view second -- until no
+  // transaction was forgotten while it ran (see the top of this file). `attempt`
+  // returns false to be run again anyway (something a transaction saved was gone: it
+  // is being forgotten). Each rerun means another transaction finished meanwhile, so
+  // this ends as soon as the mount is quiet for one attempt; the bound only turns a bug
+  // into an error instead of a spin. Returns false when it ran out.
+  template <typename Attempt>
+  bool until_quiet(Attempt &&attempt) {
+    for (int k = 0; k < 100000; k++) {
+      uint64_t before = forgotten_.load(std::memory_order_acquire);
+      if (!attempt()) {
+        std::this_thread::yield();
+        continue;
+      }
+      if (forgotten_.load(std::memory_order_acquire) == before) return true;
+    }
+    return false;
+  }
 
  private:
   // One attempt of listing().
   std::vector<ListedEntry> listing_once(uint64_t dir, DIR *dp) EXCLUDES(mu_);
   // One attempt of read(); -EAGAIN when a saved range was gone.
   ssize_t read_once(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) EXCLUDES(mu_);
-  // Transactions forgotten so far (read() compares it before and after).
+  // Transactions forgotten so far (until_quiet() compares it before and after).
   std::atomic<uint64_t> forgotten_{0};
   Mutex mu_{LockRank::kCommittedView};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
   struct Noted {
