@@ -57,11 +57,13 @@ CREATE VIEW IF NOT EXISTS handle_table AS
          parent, name
   FROM handles;
 
--- Transactions: the recovery record of each one that may have changed the tree.
--- A row is written at begin; state becomes 'committed' (and the database is synced)
--- only after every effect of the transaction is durable, so a durable 'committed'
--- row is the commit record. Its undo log lives in STORE/.txnfs/backups/<id>/; a log
--- without a committed row belongs to a transaction that recovery rolls back.
+-- Transactions. A 'committed' row is written (and the database synced) only after
+-- every effect of the transaction is durable: a durable 'committed' row is the commit
+-- record, and the only rows recovery reads. Begin writes no row; an open transaction
+-- (state 'active') gets one within ~100 ms for the views (src/txnfuse/txn/txn_rows.cc).
+-- Ids come from blocks reserved in meta.txn_ids_reserved, never reused. Its undo log
+-- lives in STORE/.txnfs/backups/<id>/; a log without a committed row belongs to a
+-- transaction that recovery rolls back.
 -- Rows of finished transactions are deleted once their logs are gone for good.
 -- A lazily committed transaction that is not durable yet keeps state 'active' with
 -- `ended` set (its commit time): not a commit record, recovery rolls it back.

@@ -280,11 +280,12 @@ void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) 
       damage.push_back(e.what());
     }
     auto t = txns.find(id);
+    // (Only commit records must exist: begin writes no row, see schema.sql.)
     if (t == txns.end())
       rep.problems.push_back(fmt::format(
-          "undo log {}/{} ({} steps) has no transaction record: an interrupted transaction "
-          "that recovery rolls back (txnfs recover STORE)",
-          paths.backups, n, steps));
+          "undo log {}/{} ({} steps) of unfinished transaction {} (no commit record): "
+          "recovery rolls it back (txnfs recover STORE)",
+          paths.backups, n, steps, id));
     else if (t->second == "committed")
       rep.problems.push_back(fmt::format(
           "undo log {}/{} ({} steps) of committed transaction {} is still there: recovery "

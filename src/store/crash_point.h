@@ -25,8 +25,8 @@ struct Point {
 };
 
 inline constexpr Point kPoints[] = {
-    {"txn.after_begin", "txn.cc, begin: the transaction's record is written, no undo log yet",
-     "a record without a log: recovery has nothing to undo and forgets the record"},
+    {"txn.after_begin", "txn.cc, begin: the transaction's id is taken, no undo log yet",
+     "nothing to undo; the next daemon hands out ids past the reserved block"},
     {"undo.after_log_dir", "undo_log.cc, UndoLog::create: the log directory exists, empty",
      "an empty log: recovery removes it"},
     {"undo.after_backup",

@@ -1,5 +1,6 @@
 #include "store/metadb.h"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -69,7 +70,7 @@ MetaDb::MetaDb(sqlite3 *db, std::string path) : db_(db), path_(std::move(path)) 
 
 MetaDb::~MetaDb() {
   for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
-                 clear_name_, all_handles_, count_handles_, insert_txn_, set_txn_, lazy_txn_, del_txn_,
+                 clear_name_, all_handles_, count_handles_, open_txn_, commit_txn_, lazy_txn_, del_txn_,
                  committed_, all_txns_, del_undo_, insert_undo_, orphan_undo_, add_damage_,
                  open_damage_, accept_damage_})
     sqlite3_finalize(s);
@@ -136,13 +137,17 @@ void MetaDb::prepare_all() {
       "SELECT nodeid, generation, uuid, ino, fh, type, parent, name FROM handles "
       "ORDER BY nodeid");
   count_handles_ = prep("SELECT count(*) FROM handles");
-  insert_txn_ = prep("INSERT INTO txns(state, uid, pid, flags) VALUES ('active', ?1, ?2, ?3)");
-  set_txn_ = prep(
-      "UPDATE txns SET state = ?2, "
-      "ended = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?1");
+  open_txn_ = prep(
+      "INSERT OR IGNORE INTO txns(id, state, uid, pid, flags, started) "
+      "VALUES (?1, 'active', ?2, ?3, ?4, ?5)");
+  commit_txn_ = prep(
+      "INSERT INTO txns(id, state, uid, pid, flags, started, ended) "
+      "VALUES (?1, 'committed', ?2, ?3, ?4, ?5, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
+      "ON CONFLICT(id) DO UPDATE SET state = 'committed', ended = excluded.ended");
   lazy_txn_ = prep(
-      "UPDATE txns SET ended = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
-      "WHERE id = ?1 AND state = 'active'");
+      "INSERT INTO txns(id, state, uid, pid, flags, started, ended) "
+      "VALUES (?1, 'active', ?2, ?3, ?4, ?5, ?6) "
+      "ON CONFLICT(id) DO UPDATE SET ended = excluded.ended WHERE txns.state = 'active'");
   del_txn_ = prep("DELETE FROM txns WHERE id = ?1");
   committed_ = prep("SELECT id FROM txns WHERE state = 'committed' ORDER BY id");
   all_txns_ = prep("SELECT id, state FROM txns ORDER BY id");
@@ -356,25 +361,63 @@ uint64_t MetaDb::handle_count() {
   return uint64_t(s.i64(0));
 }
 
-uint64_t MetaDb::insert_txn(uint32_t uid, int32_t pid, uint32_t flags) {
+uint64_t MetaDb::new_txn_id() {
   RecursiveMutexLock g(mu_);
-  Stmt s(*this, insert_txn_);
-  s.bind(1, int64_t(uid)).bind(2, int64_t(pid)).bind(3, int64_t(flags));
-  s.step();
-  return uint64_t(sqlite3_last_insert_rowid(db_));
+  if (next_txn_id_ >= txn_ids_end_) {
+    // Past every id this store has used: rows still present, AUTOINCREMENT's high mark
+    // (stores from before the reservations) and the last reservation.
+    uint64_t base = 0;
+    transaction([&] {
+      auto max_of = [&](const char *sql) {
+        sqlite3_stmt *st = prep(sql);
+        uint64_t v = 0;
+        {
+          Stmt s(*this, st);
+          if (s.step()) v = uint64_t(s.i64(0));
+        }
+        sqlite3_finalize(st);
+        return v;
+      };
+      base = std::max({max_of("SELECT coalesce(max(id), 0) FROM txns"),
+                       max_of("SELECT coalesce(max(seq), 0) FROM sqlite_sequence "
+                              "WHERE name = 'txns'"),
+                       get_meta("txn_ids_reserved") ? uint64_t(std::stoull(*get_meta("txn_ids_reserved")))
+                                                    : uint64_t(0)});
+      set_meta("txn_ids_reserved", std::to_string(base + kTxnIdBlock));
+    });
+    sync();  // durable before any of them names a log
+    next_txn_id_ = base + 1;
+    txn_ids_end_ = base + kTxnIdBlock + 1;
+  }
+  return next_txn_id_++;
 }
 
-void MetaDb::set_txn_state(uint64_t id, const char *state) {
+namespace {
+void bind_row(auto &s, const MetaDb::TxnRow &t) {
+  s.bind(1, int64_t(t.id)).bind(2, int64_t(t.uid)).bind(3, int64_t(t.pid));
+  s.bind(4, int64_t(t.flags)).bind(5, t.started);
+}
+}  // namespace
+
+void MetaDb::record_open_txn(const TxnRow &t) {
   RecursiveMutexLock g(mu_);
-  Stmt s(*this, set_txn_);
-  s.bind(1, int64_t(id)).bind(2, std::string(state));
+  Stmt s(*this, open_txn_);
+  bind_row(s, t);
   s.step();
 }
 
-void MetaDb::mark_txn_lazy(uint64_t id) {
+void MetaDb::record_lazy_txn(const TxnRow &t, const std::string &ended) {
   RecursiveMutexLock g(mu_);
   Stmt s(*this, lazy_txn_);
-  s.bind(1, int64_t(id));
+  bind_row(s, t);
+  s.bind(6, ended);
+  s.step();
+}
+
+void MetaDb::record_committed_txn(const TxnRow &t) {
+  RecursiveMutexLock g(mu_);
+  Stmt s(*this, commit_txn_);
+  bind_row(s, t);
   s.step();
 }
 

@@ -91,12 +91,30 @@ class MetaDb {
   void for_each_handle(const std::function<void(const HandleRow &)> &fn);
   uint64_t handle_count();
 
-  // Transaction records (see the txns table in schema.sql).
-  uint64_t insert_txn(uint32_t uid, int32_t pid, uint32_t flags);
-  void set_txn_state(uint64_t id, const char *state);
-  // Sets `ended` of an 'active' row: committed lazily, not durable yet (the lazy_commits
-  // view). Not a commit record: recovery rolls such a transaction back.
-  void mark_txn_lazy(uint64_t id);
+  // Transaction records (see the txns table in schema.sql). Recovery reads only the
+  // commit records ('committed' rows); the other rows are for inspection and are written
+  // off the request path (TxnManager::mirror_rows), so begin and a lazy commit write
+  // nothing here.
+  //
+  // A new transaction id, never handed out before on this store (also across crashes):
+  // ids are reserved in blocks of kTxnIdBlock, each reservation durable before its first
+  // id is used.
+  uint64_t new_txn_id();
+  static constexpr uint64_t kTxnIdBlock = 4096;
+  struct TxnRow {
+    uint64_t id;
+    uint32_t uid;
+    int32_t pid;
+    uint32_t flags;
+    std::string started;  // UTC, like strftime('%Y-%m-%dT%H:%M:%fZ')
+  };
+  // An open transaction's row ('active'); nothing if the row exists.
+  void record_open_txn(const TxnRow &t);
+  // A lazily committed transaction that is not durable yet: 'active' with `ended` (the
+  // lazy_commits view). Not a commit record. Never touches a 'committed' row.
+  void record_lazy_txn(const TxnRow &t, const std::string &ended);
+  // The commit record: the row, inserted or updated to 'committed'.
+  void record_committed_txn(const TxnRow &t);
   // Deletes a transaction's record and its undo_records rows.
   void delete_txn(uint64_t id);
   // Forgets every transaction record and undo record (after recovery has dealt with
@@ -149,6 +167,8 @@ class MetaDb {
   std::string path_;
   RecursiveMutex mu_{LockRank::kMetaDb};
   int tx_depth_ GUARDED_BY(mu_) = 0;
+  uint64_t next_txn_id_ GUARDED_BY(mu_) = 0;  // new_txn_id: the next id to hand out
+  uint64_t txn_ids_end_ GUARDED_BY(mu_) = 0;  // ... and the end of the reserved block
   // The nodeids of the last kRecentlyRemoved rows remove_handle dropped (repair_handle).
   static constexpr size_t kRecentlyRemoved = 1 << 16;
   std::unordered_set<uint64_t> removed_ GUARDED_BY(mu_);
@@ -157,7 +177,7 @@ class MetaDb {
   sqlite3_stmt *get_meta_ = nullptr, *set_meta_ = nullptr, *get_handle_ = nullptr,
                *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,
                *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr,
-               *insert_txn_ = nullptr, *set_txn_ = nullptr, *lazy_txn_ = nullptr, *del_txn_ = nullptr,
+               *open_txn_ = nullptr, *commit_txn_ = nullptr, *lazy_txn_ = nullptr, *del_txn_ = nullptr,
                *committed_ = nullptr, *all_txns_ = nullptr, *del_undo_ = nullptr,
                *insert_undo_ = nullptr, *orphan_undo_ = nullptr, *add_damage_ = nullptr,
                *open_damage_ = nullptr, *accept_damage_ = nullptr;  // used under mu_

@@ -235,7 +235,7 @@ def test_fsck_reports_logs_without_records_and_records_without_logs(mnt):
     p = fsck(store)
     out = tl.output_of(p)
     assert p.returncode == 1, out
-    assert re.search(rf"backups/{txid} .*has no transaction record", out), out
+    assert re.search(rf"backups/{txid} .*unfinished transaction {txid} \(no commit record\)", out), out
     assert re.search(r"transaction record 777 \(active\) has no undo log", out), out
     assert re.search(r"transaction record 778 \(committed\) has no undo log", out), out
     p = fsck(store, "--repair")

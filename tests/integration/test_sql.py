@@ -44,6 +44,8 @@ def test_views_show_open_transaction_and_its_undo_steps(mnt, store):
         os.rename(m / "new", m / "renamed")
         os.unlink(m / "gone")
 
+        # Begin writes no row; the mirror writes it within its interval (~100 ms).
+        assert tl.wait_until(lambda: sql(store, "SELECT * FROM open_transactions"))
         txns = sql(store, "SELECT * FROM open_transactions")
         assert [t["id"] for t in txns] == [tid]
         assert txns[0]["bound_to"] == "thread" and txns[0]["pid"] == threading.get_native_id()

@@ -29,14 +29,7 @@ int TxnManager::lazy_commit(TxnPtr t) {
     MutexLock g(t->mu);
     log = t->log.get();
   }
-  try {
-    // Outside the database's durability: the lazy-commit time the status views show
-    // (the row stays 'active'; only a durable 'committed' row is a commit record).
-    env_.db->mark_txn_lazy(t->id());
-  } catch (const std::exception &e) {
-    spdlog::error("transaction {}: marking the lazy commit: {}", t->id(), e.what());
-    return EIO;
-  }
+  // (No SQLite write: the lazy_commits view gets its row from mirror_rows().)
   count_lazy_stashes(*t, +1);  // before anyone can stat what it removed
   MutexLock l(gc_mu_);
   uint64_t seq = commit_seq_ + 1;
@@ -48,6 +41,10 @@ int TxnManager::lazy_commit(TxnPtr t) {
   commit_seq_ = seq;
   t->commit_seq = seq;
   t->lazy_since = std::chrono::steady_clock::now();
+  t->lazy_wall_us.store(std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count(),
+                        std::memory_order_release);
   lazy_pending_.fetch_add(1, std::memory_order_acq_rel);
   lazy_queue_.push_back(std::move(t));
   TXNFS_CRASH_POINT("commit.lazy_marked");
@@ -106,8 +103,11 @@ int TxnManager::group_commit(Txn *t) {
       if (!forget.empty()) TXNFS_CRASH_POINT("cleanup.before_delete_rows");
       try {
         env_.db->transaction([&] {
-          for (auto &b : lazy) env_.db->set_txn_state(b->id(), "committed");
-          for (Txn *b : batch) env_.db->set_txn_state(b->id(), "committed");
+          for (auto &b : lazy) {
+            env_.db->record_committed_txn(txn_row(*b));
+            b->durable_recorded = true;  // (under the database mutex: mirror_rows)
+          }
+          for (Txn *b : batch) env_.db->record_committed_txn(txn_row(*b));
           for (uint64_t id : forget) env_.db->delete_txn(id);
           for (uint64_t id : forget_now) env_.db->delete_txn(id);
         });
@@ -139,6 +139,7 @@ int TxnManager::group_commit(Txn *t) {
       forget_after_sync_.insert(forget_after_sync_.end(), forget.begin(), forget.end());
       forget_now_.insert(forget_now_.end(), forget_now.begin(), forget_now.end());
       // They stay committed and in commit order; the next round tries again.
+      for (auto &b : lazy) b->durable_recorded = false;
       for (auto it = lazy_in_round_.rbegin(); it != lazy_in_round_.rend(); ++it)
         lazy_queue_.push_front(*it);
     }

@@ -64,6 +64,7 @@ void StepMirror::add(uint64_t txid, const UndoStep &s) {
 }
 
 void StepMirror::flush() {
+  if (before_flush_) before_flush_();
   std::vector<UndoRecordRow> batch;
   {
     MutexLock g(mu_);

@@ -9,6 +9,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -22,7 +23,10 @@ class StepMirror {
  public:
   static constexpr std::chrono::milliseconds kInterval{100};
 
-  explicit StepMirror(MetaDb &db) : db_(db) {}
+  // before_flush runs first in every flush, outside mu_ (TxnManager::mirror_rows: the
+  // txns rows the steps' rows need).
+  StepMirror(MetaDb &db, std::function<void()> before_flush)
+      : db_(db), before_flush_(std::move(before_flush)) {}
   ~StepMirror() { stop(); }
   void start();
   void stop() EXCLUDES(mu_);  // writes what is queued, then ends the thread
@@ -33,6 +37,7 @@ class StepMirror {
   void loop() EXCLUDES(mu_);
   void flush() EXCLUDES(mu_);  // writes every step queued so far (MetaDb, not under mu_)
   MetaDb &db_;
+  std::function<void()> before_flush_;
   Mutex mu_{LockRank::kStepMirror};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
   CondVar cv_;
   std::vector<UndoRecordRow> queue_ GUARDED_BY(mu_);

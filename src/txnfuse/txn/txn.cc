@@ -52,7 +52,7 @@ void TxnManager::start() {
   reaper_ = std::thread([this] { reaper_loop(); });
   cleaner_ = std::thread([this] { cleaner_loop(); });
   flusher_ = std::thread([this] { flusher_loop(); });
-  mirror_ = std::make_unique<StepMirror>(*env_.db);
+  mirror_ = std::make_unique<StepMirror>(*env_.db, [this] { mirror_rows(); });
   mirror_->start();
 }
 
@@ -94,7 +94,9 @@ int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, ui
   if (pidfd < 0) return errno == EINVAL ? ESRCH : errno;
   uint64_t txid;
   try {
-    txid = env_.db->insert_txn(uid, owner, flags);
+    // No row yet: recovery needs none (it rolls back every log without a commit record),
+    // and the views get one from mirror_rows() if the transaction lives that long.
+    txid = env_.db->new_txn_id();
     TXNFS_CRASH_POINT("txn.after_begin");
   } catch (const std::exception &e) {
     ::close(pidfd);
@@ -106,10 +108,8 @@ int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, ui
   t->mirror = mirror_.get();
   {
     MutexLock g(mu_);
-    if ((process ? by_process_.count(owner) : by_thread_.count(owner)) != 0) {
-      env_.db->delete_txn(txid);
+    if ((process ? by_process_.count(owner) : by_thread_.count(owner)) != 0)
       return EBUSY;  // (~Txn closes the pidfd)
-    }
     // The reaper watches the owner from now on (unbind stops it, also under mu_).
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -117,7 +117,6 @@ int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, ui
     if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pidfd, &ev) != 0) {
       int err = errno;
       spdlog::error("begin: watching owner {}: {}", owner, std::strerror(err));
-      env_.db->delete_txn(txid);
       return err;
     }
     by_id_[txid] = t;

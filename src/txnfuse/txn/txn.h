@@ -68,12 +68,14 @@ struct TouchedObject {
 struct Txn : LockOwner {
   Txn(uint64_t id, uid_t uid, pid_t pid, unsigned flags)
       : LockOwner(id), uid(uid), pid(pid), flags(flags),
-        started(std::chrono::steady_clock::now()) {}
+        started(std::chrono::steady_clock::now()),
+        started_wall(std::chrono::system_clock::now()) {}
 
   const uid_t uid;
   const pid_t pid;         // bound thread id, or process id with TXNFS_BIND_PROCESS
   const unsigned flags;
   const std::chrono::steady_clock::time_point started;
+  const std::chrono::system_clock::time_point started_wall;  // for its txns row
   ~Txn();
   std::atomic<int> state{TXNFS_ACTIVE};
   std::atomic<int> error{0};  // errno that made it abort-only
@@ -108,6 +110,15 @@ struct Txn : LockOwner {
   std::atomic<bool> wants_durable{false};  // fsync inside the transaction: commit durably
   uint64_t commit_seq = 0;  // lazy commits: position in the commit order (under gc_mu_)
   std::chrono::steady_clock::time_point lazy_since;  // lazy commits: when (under gc_mu_)
+  // Its txns row (MetaDb::TxnRow), written off the request path: what TxnManager::
+  // mirror_rows last wrote (RowState), and, for a lazy commit, its wall-clock time
+  // (µs since the epoch; 0 before) and whether a round wrote its commit record (set
+  // inside that round's SQLite transaction, so mirror_rows, which looks under the same
+  // database mutex, never writes an 'active' row after it).
+  enum RowState : int { kNoRow, kOpenRow, kLazyRow };
+  std::atomic<int> row_state{kNoRow};
+  std::atomic<int64_t> lazy_wall_us{0};
+  std::atomic<bool> durable_recorded{false};
   int pidfd = -1;               // the owner, watched by the reaper (set before it is shared)
   StepMirror *mirror = nullptr;  // copies its undo steps into SQLite (set before it is shared)
   int commit_error = 0;         // set by the group-commit leader (under TxnManager::gc_mu_)
@@ -139,6 +150,9 @@ struct Txn : LockOwner {
     if (state.compare_exchange_strong(expected, TXNFS_ABORT_ONLY)) error = err;
   }
 };
+
+// The txns row of `t` (schema.sql) as MetaDb writes it.
+MetaDb::TxnRow txn_row(const Txn &t);
 
 using TxnPtr = std::shared_ptr<Txn>;
 
@@ -220,6 +234,10 @@ class TxnManager {
   void write_back_mapped(Txn &t) EXCLUDES(t.mu);
 
   uint64_t commits() const { return commits_; }
+  // Writes the txns rows that the status views show (schema.sql) and that begin and a
+  // lazy commit leave out: of transactions open or lazily committed since the last call.
+  // Called by the mirror thread every StepMirror::kInterval, before the undo steps.
+  void mirror_rows() EXCLUDES(mu_, gc_mu_);
   // Copies undo steps into undo_records for inspection (null before start()).
   StepMirror *mirror() { return mirror_.get(); }
 
