@@ -91,6 +91,21 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
                               std::chrono::duration<double>(now - t0).count()));
   };
 
+  // Each rollback removes its log, and the handle table is reconciled only at the end:
+  // a durable record of every transaction rolled back makes the next recovery
+  // reconcile it even if a crash comes in between, the logs being gone (begin writes
+  // no record).
+  bool noted = false;
+  for (uint64_t id : logs)
+    if (!is_committed(id)) {
+      db.note_rollback(id);
+      noted = true;
+    }
+  if (noted) {
+    db.sync();
+    records = db.all_txns().size();
+  }
+
   UndoContext ctx{tree.get(), backups.get(), [&](const UndoStep &) {
                     TXNFS_CRASH_POINT("recover.mid_undo");
                     done++;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <uuid/uuid.h>
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include "store/error.h"
@@ -412,6 +413,11 @@ void MetaDb::record_lazy_txn(const TxnRow &t, const std::string &ended) {
   bind_row(s, t);
   s.bind(6, ended);
   s.step();
+}
+
+void MetaDb::note_rollback(uint64_t id) {
+  std::time_t now = std::time(nullptr);
+  record_open_txn(TxnRow{id, 0, 0, 0, fmt::format("{:%Y-%m-%dT%H:%M:%S}.000Z", fmt::gmtime(now))});
 }
 
 void MetaDb::record_committed_txn(const TxnRow &t) {

@@ -115,6 +115,8 @@ class MetaDb {
   void record_lazy_txn(const TxnRow &t, const std::string &ended);
   // The commit record: the row, inserted or updated to 'committed'.
   void record_committed_txn(const TxnRow &t);
+  // Recovery is about to roll `id` back: an 'active' row (nothing if it has a row).
+  void note_rollback(uint64_t id);
   // Deletes a transaction's record and its undo_records rows.
   void delete_txn(uint64_t id);
   // Forgets every transaction record and undo record (after recovery has dealt with

@@ -190,6 +190,54 @@ def test_mount_recovers_by_itself(mnt):
     mnt.mount()
 
 
+def test_handle_table_follows_an_abort_that_died_after_removing_its_log(mnt):
+    """An abort removes its undo log before the handle table follows the rollback; begin
+    writes no transaction record, so the abort writes one first: without it, recovery
+    found neither log nor record and left rows of the created file and of the rename."""
+    populate(mnt.path)
+    mnt.umount()
+    before = S.snapshot(mnt.store.tree, handles=False)
+    with tl.crash_at("abort.after_undo:1"):
+        mnt.mount()
+    tid = tl.txn_begin(mnt.path)
+    changes(mnt.path)
+    tl.txn_abort(mnt.path, tid)
+    assert tl.wait_dead(mnt.pid, 10), "the crash point did not fire"
+    mnt.pid = None
+    tl.lazy_umount(mnt.path)
+    assert not S.backups_left(mnt.store), "the log was still there: not the case under test"
+    p = recover(mnt.store)
+    assert p.returncode == 0, tl.output_of(p)
+    assert "fixed 0 handle rows" not in p.stdout, p.stdout
+    p = fsck(mnt.store)
+    assert p.returncode == 0, tl.output_of(p)
+    S.assert_same(before, S.snapshot(mnt.store.tree, handles=False), "after the abort")
+    mnt.mount()
+
+
+def test_recovery_that_dies_after_removing_logs_reconciles_next_time(mnt):
+    """The same for recovery: it rolls back (removing the logs) before it reconciles the
+    handle table; a crash in between must leave a record that makes the next recovery
+    reconcile."""
+    populate(mnt.path)
+    mnt.umount()
+    before = S.snapshot(mnt.store.tree, handles=False)
+    mnt.mount()
+    crash_with_open_txn(mnt)
+    tl.lazy_umount(mnt.path)
+    with tl.crash_at("recover.before_forget:1"):
+        p = recover(mnt.store)
+    assert p.returncode != 0, tl.output_of(p)
+    assert not S.backups_left(mnt.store), "the log was still there: not the case under test"
+    p = recover(mnt.store)
+    assert p.returncode == 0, tl.output_of(p)
+    assert "fixed 0 handle rows" not in p.stdout, p.stdout
+    p = fsck(mnt.store)
+    assert p.returncode == 0, tl.output_of(p)
+    S.assert_same(before, S.snapshot(mnt.store.tree, handles=False), "after recovery")
+    mnt.mount()
+
+
 def test_recover_refuses_a_mounted_store(mnt):
     before = store_files(mnt.store)
     p = recover(mnt.store)
