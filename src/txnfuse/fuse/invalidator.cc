@@ -49,9 +49,29 @@ void Invalidator::flush() {
   lock_order::assert_none_held("the kernel's invalidations");
   MutexLock g(mu_);
   uint64_t upto = queued_;
-  while (!stop_ && sent_ < upto) {
+  while (!stop_ && popped_ < upto) send_next();
+  while (!stop_ && !sent_upto(upto)) {  // the thread is sending an earlier one
     wake_at_ = std::min(wake_at_, upto);  // (re-registered after every wake-up)
     sent_cv_.wait(mu_);
+  }
+}
+
+void Invalidator::send_next() {
+  Item it = std::move(q_.front());
+  q_.pop_front();
+  uint64_t n = ++popped_;
+  sending_.insert(n);
+  mu_.unlock();
+  // Errors (ENOENT: the kernel holds nothing for it) need no handling.
+  if (it.name.empty())
+    fuse_lowlevel_notify_inval_inode(se_, it.node, 0, 0);
+  else
+    fuse_lowlevel_notify_inval_entry(se_, it.node, it.name.c_str(), it.name.size());
+  mu_.lock();
+  sending_.erase(n);
+  if (wake_at_ != UINT64_MAX && sent_upto(wake_at_)) {
+    wake_at_ = UINT64_MAX;
+    sent_cv_.notify_all();
   }
 }
 
@@ -60,20 +80,7 @@ void Invalidator::loop() {
   while (true) {
     while (!stop_ && q_.empty()) cv_.wait(mu_);
     if (stop_) return;
-    Item it = std::move(q_.front());
-    q_.pop_front();
-    g.unlock();
-    // Errors (ENOENT: the kernel holds nothing for it) need no handling.
-    if (it.name.empty())
-      fuse_lowlevel_notify_inval_inode(se_, it.node, 0, 0);
-    else
-      fuse_lowlevel_notify_inval_entry(se_, it.node, it.name.c_str(), it.name.size());
-    g.lock();
-    sent_++;
-    if (sent_ >= wake_at_) {
-      wake_at_ = UINT64_MAX;
-      sent_cv_.notify_all();
-    }
+    send_next();
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -25,11 +26,13 @@ class Invalidator final : public CacheInvalidator {
   void stop() EXCLUDES(mu_);
   void inode(uint64_t nodeid) override EXCLUDES(mu_);
   void entry(uint64_t parent, const std::string &name) override EXCLUDES(mu_);
-  // Waits until everything queued before the call has been sent to the kernel. A
+  // Returns once everything queued before the call has been sent to the kernel. A
   // transaction's commit or abort calls it (after releasing its locks) before it
   // replies, so that the caller's next request cannot meet a dentry the transaction
   // left stale (after an aborted rename, the old name would still lead to the moved
-  // object, and a write to it would land in the wrong file).
+  // object, and a write to it would land in the wrong file). The caller sends what is
+  // still queued itself rather than waking the thread and waiting for it: it would
+  // wait for the same kernel calls, holding nothing either way.
   void flush() override EXCLUDES(mu_);
   void gone(uint64_t nodeid) override;
 
@@ -39,16 +42,26 @@ class Invalidator final : public CacheInvalidator {
     std::string name;  // empty: the inode
   };
   void loop() EXCLUDES(mu_);
+  // Pops the next item (mu_ held), sends it without mu_, then marks it sent.
+  void send_next() REQUIRES(mu_);
   InodeTable &inodes_;
   fuse_session *se_ = nullptr;
   Mutex mu_{LockRank::kInvalidator};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
   CondVar cv_;
   std::deque<Item> q_ GUARDED_BY(mu_);
-  uint64_t queued_ GUARDED_BY(mu_) = 0, sent_ GUARDED_BY(mu_) = 0;  // items ever queued / sent
-  // The smallest `sent_` a flush() waits for (UINT64_MAX: none). The thread wakes the
-  // waiters only when it gets there, not after every item: a commit of a transaction
-  // that touched thousands of objects would otherwise be woken (and rescheduled) once
-  // per invalidation. Invariant: every waiter with target <= sent_ has been notified.
+  // Items are numbered 1, 2, ... as queued; `popped_` of them have left q_ (in order),
+  // and `sending_` holds the numbers of those being sent now (by the thread or by
+  // flushers). Everything up to n is sent when popped_ >= n and no number <= n is in
+  // sending_: sent_upto().
+  uint64_t queued_ GUARDED_BY(mu_) = 0, popped_ GUARDED_BY(mu_) = 0;
+  std::set<uint64_t> sending_ GUARDED_BY(mu_);
+  bool sent_upto(uint64_t n) REQUIRES(mu_) {
+    return popped_ >= n && (sending_.empty() || *sending_.begin() > n);
+  }
+  // The smallest item number a flush() waits for (UINT64_MAX: none). Waiters are woken
+  // only when it is sent, not after every item: a commit of a transaction that touched
+  // thousands of objects would otherwise be woken (and rescheduled) once per
+  // invalidation. Invariant: every waiter whose target is sent has been notified.
   uint64_t wake_at_ GUARDED_BY(mu_) = UINT64_MAX;
   CondVar sent_cv_;
   bool stop_ GUARDED_BY(mu_) = false;
