@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -19,16 +20,31 @@ namespace {
 // The largest lock set a transaction may declare (about 100,000 names).
 constexpr size_t kMaxLockSetBytes = 16 << 20;
 
+// Sends a begin's reply once no request that started without locks is in flight
+// (TxnManager::unlocked_quiet): at once when none is, which is nearly always, so a begin
+// runs on the thread that read it. The wait is for requests other threads are serving;
+// a thread that reads requests leaves even that to the control pool.
+void reply_when_quiet(Fs &fs, std::function<void()> reply) {
+  TxnManager &tm = *fs.txns;
+  if (tm.unlocked_quiet()) return reply();
+  if (!fs.control.mine() && park::current())
+    return fs.control.post([&tm, reply = std::move(reply)] {
+      tm.wait_unlocked();
+      reply();
+    });
+  tm.wait_unlocked();
+  reply();
+}
+
 void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_info *,
               unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz) {
   if (flags & FUSE_IOCTL_COMPAT) return (void)fuse_reply_err(req, ENOSYS);
   Fs &fs = fs_of(req);
   // Requests that wait for other requests or for the kernel run on the control pool
   // (park.h): on a thread that reads requests (a ring thread serves a CPU's queue) they
-  // could wait for a request queued behind them.
-  bool waits = cmd == TXNFS_IOC_BEGIN || cmd == TXNFS_IOC_BEGIN2 || cmd == TXNFS_IOC_BEGIN3 ||
-               cmd == TXNFS_IOC_COMMIT ||
-               cmd == TXNFS_IOC_ABORT ||
+  // could wait for a request queued behind them. (Begins only rarely wait:
+  // reply_when_quiet.)
+  bool waits = cmd == TXNFS_IOC_COMMIT || cmd == TXNFS_IOC_ABORT ||
                cmd == TXNFS_IOC_COMMIT2 || cmd == TXNFS_IOC_SYNC;
   if (waits && !fs.control.mine() && park::current())
     return fs.control.post(park::current()->capture());
@@ -45,7 +61,7 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
       if (!in(b) || out_bufsz < sizeof b) return (void)fuse_reply_err(req, EINVAL);
       int err = tm.begin(ctx->uid, ctx->pid, b.flags, b.pid, &b.id);
       if (err) return (void)fuse_reply_err(req, err);
-      return (void)fuse_reply_ioctl(req, 0, &b, sizeof b);
+      return reply_when_quiet(fs, [req, b] { fuse_reply_ioctl(req, 0, &b, sizeof b); });
     }
     case TXNFS_IOC_BEGIN2: {
       txnfs_ioc_begin2 b;
@@ -53,7 +69,7 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
       int err = tm.begin(ctx->uid, ctx->pid, b.flags, b.pid, &b.id);
       if (!err) err = tm.set_lock_timeout(ctx->uid, b.id, b.lock_timeout_ms);  // cannot fail
       if (err) return (void)fuse_reply_err(req, err);
-      return (void)fuse_reply_ioctl(req, 0, &b, sizeof b);
+      return reply_when_quiet(fs, [req, b] { fuse_reply_ioctl(req, 0, &b, sizeof b); });
     }
     case TXNFS_IOC_BEGIN3: {
       // The transaction begins whatever becomes of its lock set; the reply (the
@@ -67,11 +83,13 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
       int err = tm.begin(ctx->uid, ctx->pid, a->flags, a->pid, &id);
       if (!err) err = tm.set_lock_timeout(ctx->uid, id, a->lock_timeout_ms);  // cannot fail
       if (err) return (void)fuse_reply_err(req, err);
-      auto answer = [req, id](int set_err) {
-        txnfs_ioc_begin3 head{};
-        head.id = id;
-        head.set_err = set_err;
-        fuse_reply_ioctl(req, 0, &head, kHead);
+      auto answer = [req, id, &fs](int set_err) {
+        reply_when_quiet(fs, [req, id, set_err] {
+          txnfs_ioc_begin3 head{};
+          head.id = id;
+          head.set_err = set_err;
+          fuse_reply_ioctl(req, 0, &head, kHead);
+        });
       };
       if (a->len == 0) return answer(0);
       TxnPtr t = tm.get(ctx->uid, id, &err);

@@ -127,11 +127,16 @@ int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, ui
     }
   }
   open_count_.fetch_add(1, std::memory_order_acq_rel);
-  // Requests that started without locks while no transaction was open must finish
-  // before this transaction can change anything they touch.
-  while (env_.unlocked_inflight.load(std::memory_order_acquire) > 0) ::usleep(50);
   *id = txid;
   return 0;
+}
+
+bool TxnManager::unlocked_quiet() const {
+  return env_.unlocked_inflight.load(std::memory_order_acquire) == 0;
+}
+
+void TxnManager::wait_unlocked() {
+  while (!unlocked_quiet()) ::usleep(50);
 }
 
 int TxnManager::enter(Txn &t) {

@@ -172,6 +172,13 @@ class TxnManager {
   bool any_open() const { return open_count_.load(std::memory_order_acquire) > 0; }
 
   int begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, uint64_t *id);
+  // After a begin, and before its reply: requests that started without locks while no
+  // transaction was open (Op::start) must finish before the new transaction can change
+  // anything they touch. They are being served on other threads already, so the wait
+  // is short; a thread that reads requests hands it to the control pool all the same
+  // (ops_ctl.cc), and most begins find nothing to wait for.
+  bool unlocked_quiet() const;
+  void wait_unlocked();
 
   // fsync/fdatasync from a transaction's thread returns at once: commit makes every
   // effect durable, and an effect of a transaction that aborts or dies is undone
