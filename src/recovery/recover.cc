@@ -12,6 +12,7 @@
 
 #include "store/crash_point.h"
 #include "store/error.h"
+#include "store/handle_journal.h"
 #include "recovery/fsck.h"
 #include "recovery/undo/undo_exec.h"
 #include "recovery/undo/undo_io.h"
@@ -132,6 +133,9 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
     for (auto &p : r.problems) rep.problems.push_back(fmt::format("transaction {}: {}", txid, p));
     for (auto &obj : r.removed) db.remove_handle(obj.ino == uint64_t(tst.st_ino) ? 1 : obj.ino);
   }
+  // Handle rows a killed daemon had journaled but not written, of objects that are
+  // still there (after the rollbacks: none of an object a rollback removed).
+  rep.handles_replayed = replay_handle_journal(paths.handle_journal, tree.get(), db);
   // Every log is gone for good before the records that explain them go.
   if (::syncfs(tree.get()) != 0) throw_errno("syncfs", errno);
   TXNFS_CRASH_POINT("recover.before_forget");
@@ -205,6 +209,9 @@ std::string recovery_summary(const RecoveryReport &r) {
       r.discarded, r.discarded == 1 ? "" : "s", r.records_forgotten,
       r.records_forgotten == 1 ? "" : "s", r.handle_fixes.size(),
       r.handle_fixes.size() == 1 ? "" : "s", r.seconds);
+  if (r.handles_replayed)
+    s += fmt::format("; wrote {} handle row{} a stopped daemon had journaled", r.handles_replayed,
+                     r.handles_replayed == 1 ? "" : "s");
   if (!r.problems.empty()) s += fmt::format("; {} PROBLEMS", r.problems.size());
   return s;
 }

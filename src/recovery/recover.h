@@ -29,11 +29,13 @@ struct RecoveryOptions {
 struct RecoveryReport {
   uint64_t rolled_back = 0, discarded = 0, steps_undone = 0, steps = 0, bytes_restored = 0;
   uint64_t records_forgotten = 0;       // transaction records deleted
+  uint64_t handles_replayed = 0;        // handle rows written from the journal
   std::vector<std::string> handle_fixes;  // reconcile_handles() changes
   std::vector<std::string> problems;    // steps that could not be undone (force)
   double seconds = 0;
   bool anything() const {
-    return rolled_back || discarded || records_forgotten || !handle_fixes.empty();
+    return rolled_back || discarded || records_forgotten || handles_replayed ||
+           !handle_fixes.empty();
   }
 };
 

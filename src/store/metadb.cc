@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "store/error.h"
+#include "store/handle_journal.h"
 #include "store/schema_sql.h"
 
 namespace txnfs {
@@ -70,6 +71,11 @@ class MetaDb::Stmt {
 MetaDb::MetaDb(sqlite3 *db, std::string path) : db_(db), path_(std::move(path)) {}
 
 MetaDb::~MetaDb() {
+  try {
+    flush_handles();
+  } catch (const std::exception &) {
+    // Still in the journal: the next mount's recovery writes them.
+  }
   for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
                  clear_name_, all_handles_, count_handles_, open_txn_, commit_txn_, lazy_txn_, del_txn_,
                  committed_, all_txns_, del_undo_, insert_undo_, orphan_undo_, add_damage_,
@@ -289,6 +295,7 @@ static HandleRow read_handle(auto &s) {
 
 std::optional<HandleRow> MetaDb::handle(uint64_t nodeid) {
   RecursiveMutexLock g(mu_);
+  if (auto it = kept_at_.find(nodeid); it != kept_at_.end()) return kept_[it->second];
   Stmt s(*this, get_handle_);
   s.bind(1, int64_t(nodeid));
   if (!s.step()) return std::nullopt;
@@ -299,6 +306,38 @@ void MetaDb::put_handle(HandleRow &row) {
   RecursiveMutexLock g(mu_);
   removed_.erase(row.nodeid);  // a new object may reuse a removed one's inode number
   if (row.uuid.empty()) row.uuid = new_uuid();
+  if (!journal_) return write_handle(row);
+  journal_->append(row);  // (throws: nothing kept, as a failed INSERT)
+  if (auto it = kept_at_.find(row.nodeid); it != kept_at_.end()) {
+    kept_[it->second] = row;
+  } else {
+    kept_at_[row.nodeid] = kept_.size();
+    kept_.push_back(row);
+  }
+  if (kept_.size() >= kMaxKeptHandles) flush_handles();
+}
+
+void MetaDb::defer_handles(std::unique_ptr<HandleJournal> journal) {
+  RecursiveMutexLock g(mu_);
+  flush_handles();
+  journal_ = std::move(journal);
+}
+
+void MetaDb::flush_handles() {
+  RecursiveMutexLock g(mu_);
+  if (kept_.empty()) return;
+  // INSERT OR REPLACE in put_handle order: the table ends as if each had been written
+  // at once. On an error everything stays kept (and journaled) for the next flush.
+  transaction([&] {
+    mu_.assert_held();  // (transaction() runs it under mu_)
+    for (const HandleRow &r : kept_) write_handle(r);
+  });
+  kept_.clear();
+  kept_at_.clear();
+  journal_->clear();
+}
+
+void MetaDb::write_handle(const HandleRow &row) {
   Stmt s(*this, put_handle_);
   s.bind(1, int64_t(row.nodeid)).bind(2, int64_t(row.generation)).bind(3, row.uuid);
   s.bind(4, int64_t(row.ino)).bind_blob(5, row.fh).bind(6, int64_t(row.type));
@@ -318,6 +357,7 @@ bool MetaDb::repair_handle(HandleRow &row) {
 
 void MetaDb::remove_handle(uint64_t nodeid) {
   RecursiveMutexLock g(mu_);
+  flush_handles();
   Stmt s(*this, del_handle_);
   s.bind(1, int64_t(nodeid));
   s.step();
@@ -333,6 +373,7 @@ void MetaDb::remove_handle(uint64_t nodeid) {
 void MetaDb::set_handle_name(uint64_t nodeid, std::optional<uint64_t> parent,
                              const std::string &name) {
   RecursiveMutexLock g(mu_);
+  flush_handles();
   Stmt s(*this, set_name_);
   s.bind(1, int64_t(nodeid));
   if (parent)
@@ -344,6 +385,7 @@ void MetaDb::set_handle_name(uint64_t nodeid, std::optional<uint64_t> parent,
 
 void MetaDb::clear_handle_name(uint64_t parent, const std::string &name) {
   RecursiveMutexLock g(mu_);
+  flush_handles();
   Stmt s(*this, clear_name_);
   s.bind(1, int64_t(parent)).bind(2, name);
   s.step();
@@ -351,12 +393,14 @@ void MetaDb::clear_handle_name(uint64_t parent, const std::string &name) {
 
 void MetaDb::for_each_handle(const std::function<void(const HandleRow &)> &fn) {
   RecursiveMutexLock g(mu_);
+  flush_handles();
   Stmt s(*this, all_handles_);
   while (s.step()) fn(read_handle(s));
 }
 
 uint64_t MetaDb::handle_count() {
   RecursiveMutexLock g(mu_);
+  flush_handles();
   Stmt s(*this, count_handles_);
   s.step();
   return uint64_t(s.i64(0));
@@ -573,6 +617,7 @@ void MetaDb::transaction(const std::function<void()> &fn) {
 // commits would go to a deleted file and be lost at the next crash or unmount.
 void MetaDb::sync() {
   RecursiveMutexLock g(mu_);
+  flush_handles();  // durable with everything else
   for (int op : {SQLITE_FCNTL_JOURNAL_POINTER, SQLITE_FCNTL_FILE_POINTER}) {
     sqlite3_file *f = nullptr;
     if (sqlite3_file_control(db_, "main", op, &f) != SQLITE_OK || !f || !f->pMethods) continue;

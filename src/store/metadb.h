@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -25,6 +26,8 @@ struct sqlite3;
 struct sqlite3_stmt;
 
 namespace txnfs {
+
+class HandleJournal;
 
 inline constexpr int kSchemaVersion = 5;
 // Databases from this version on are upgraded in place (see schema.sql).
@@ -90,6 +93,14 @@ class MetaDb {
   void clear_handle_name(uint64_t parent, const std::string &name);
   void for_each_handle(const std::function<void(const HandleRow &)> &fn);
   uint64_t handle_count();
+  // Write-behind of handle rows (store/handle_journal.h): from now on put_handle appends
+  // the row to `journal` and keeps it in memory; flush_handles() writes what is kept in
+  // one SQLite transaction and clears the journal. Every other operation on the handle
+  // table, sync() and the destructor flush first; handle() also sees kept rows. The
+  // daemon flushes every StepMirror::kInterval; at most kMaxKeptHandles are kept.
+  void defer_handles(std::unique_ptr<HandleJournal> journal);
+  void flush_handles();
+  static constexpr size_t kMaxKeptHandles = 1024;
 
   // Transaction records (see the txns table in schema.sql). Recovery reads only the
   // commit records ('committed' rows); the other rows are for inspection and are written
@@ -169,6 +180,10 @@ class MetaDb {
   std::string path_;
   RecursiveMutex mu_{LockRank::kMetaDb};
   int tx_depth_ GUARDED_BY(mu_) = 0;
+  void write_handle(const HandleRow &row) REQUIRES(mu_);
+  std::unique_ptr<HandleJournal> journal_ GUARDED_BY(mu_);
+  std::vector<HandleRow> kept_ GUARDED_BY(mu_);                 // in put_handle order
+  std::unordered_map<uint64_t, size_t> kept_at_ GUARDED_BY(mu_);  // nodeid -> its last in kept_
   uint64_t next_txn_id_ GUARDED_BY(mu_) = 0;  // new_txn_id: the next id to hand out
   uint64_t txn_ids_end_ GUARDED_BY(mu_) = 0;  // ... and the end of the reserved block
   // The nodeids of the last kRecentlyRemoved rows remove_handle dropped (repair_handle).

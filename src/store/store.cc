@@ -30,6 +30,7 @@ StorePaths StorePaths::of(const std::string &store) {
   p.db = p.internal + "/meta.db";
   p.backups = p.internal + "/backups";
   p.lock = p.internal + "/lock";
+  p.handle_journal = p.internal + "/handles.journal";
   return p;
 }
 

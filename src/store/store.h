@@ -5,6 +5,7 @@
 //        meta.db          SQLite database (WAL): handle table, later undo records
 //        backups/         backup copies/clones of data an open transaction changed
 //        lock             flock()ed by the daemon serving the store
+//        handles.journal  handle rows not yet in meta.db (store/handle_journal.h)
 #pragma once
 #include <string>
 
@@ -13,7 +14,7 @@
 namespace txnfs {
 
 struct StorePaths {
-  std::string root, tree, internal, db, backups, lock;
+  std::string root, tree, internal, db, backups, lock, handle_journal;
   static StorePaths of(const std::string &store);
 };
 

@@ -90,6 +90,9 @@ def test_handle_table_view_and_path_query(mnt, store):
     (m / "d").mkdir()
     (m / "d" / "f").write_bytes(b"f")
     os.symlink("f", m / "d" / "l")
+    # Rows of new objects are written in batches, within ~100 ms (docs/sql.md).
+    assert tl.wait_until(lambda: {"d", "f", "l"} <= {r["name"] for r in
+                                                      sql(store, "SELECT * FROM handle_table")})
     rows = {r["name"]: r for r in sql(store, "SELECT * FROM handle_table")}
     assert rows["d"]["kind"] == "dir" and rows["f"]["kind"] == "file"
     assert rows["l"]["kind"] == "symlink"

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "store/error.h"
+#include "store/handle_journal.h"
 #include "store/metadb.h"
 #include "tmpdir.h"
 
@@ -174,4 +175,68 @@ TEST_CASE("a schema-3 database gets the damage table when opened for writing") {
   CHECK(db->open_damage().empty());
   db->add_damage("abort", 1, {"x"}, "");
   CHECK(db->open_damage().size() == 1);
+}
+
+TEST_CASE("handle rows kept back: read at once, in order with other changes, journaled") {
+  TmpDir t;
+  std::string path = t.path + "/m.db", journal = t.path + "/handles.journal";
+  auto db = MetaDb::create(path);
+  db->defer_handles(HandleJournal::open(journal));
+  HandleRow a = row(10, 1, "a"), b = row(11, 1, "b");
+  db->put_handle(a);
+  db->put_handle(b);
+  // Kept: the database does not have them yet, handle() does, the journal has both.
+  {
+    auto other = MetaDb::open(path, true);
+    CHECK_FALSE(other->handle(10));
+  }
+  REQUIRE(db->handle(10));
+  CHECK(db->handle(10)->name == "a");
+  std::ifstream in(journal);
+  std::string l1, l2;
+  REQUIRE(std::getline(in, l1));
+  REQUIRE(std::getline(in, l2));
+  CHECK(decode_handle_line(l1)->uuid == a.uuid);
+  CHECK(decode_handle_line(l2)->name == "b");
+  // Another change of the table writes the kept rows first (and clears the journal).
+  db->set_handle_name(10, 1, "renamed");
+  CHECK(db->handle(10)->name == "renamed");
+  {
+    auto other = MetaDb::open(path, true);
+    REQUIRE(other->handle(11));
+    CHECK(other->handle(10)->name == "renamed");
+  }
+  std::ifstream again(journal);
+  std::string rest;
+  CHECK_FALSE(std::getline(again, rest));
+  // A row put twice before a flush is kept once, the last one.
+  HandleRow c = row(12, 1, "c");
+  db->put_handle(c);
+  c.name = "c2";
+  db->put_handle(c);
+  db->flush_handles();
+  CHECK(db->handle(12)->name == "c2");
+  CHECK(db->handle_count() == 3);
+}
+
+TEST_CASE("a journal line round-trips; a torn or foreign one is refused") {
+  HandleRow r = row(42, 7, std::string("a name\nwith \x01 bytes", 19));
+  r.uuid = "0b1c9a3e-0000-4000-8000-000000000042";
+  std::string line = encode_handle_line(r);
+  REQUIRE(line.back() == '\n');
+  line.pop_back();
+  auto back = decode_handle_line(line);
+  REQUIRE(back);
+  CHECK(back->nodeid == 42);
+  CHECK(back->fh == r.fh);
+  CHECK(back->parent == std::optional<uint64_t>(7));
+  CHECK(back->name == r.name);
+  HandleRow unnamed = row(43);
+  unnamed.uuid = "u";
+  std::string l2 = encode_handle_line(unnamed);
+  l2.pop_back();
+  CHECK_FALSE(decode_handle_line(l2)->parent);
+  CHECK_FALSE(decode_handle_line(line.substr(0, line.size() / 2)));
+  CHECK_FALSE(decode_handle_line("garbage"));
+  CHECK_FALSE(decode_handle_line(""));
 }

@@ -22,6 +22,7 @@
 
 #include "store/backing.h"
 #include "store/error.h"
+#include "store/handle_journal.h"
 #include "recovery/recover.h"
 #include "sync/stall_watchdog.h"
 #include "txnfuse/fuse/dev_loop.h"
@@ -220,6 +221,9 @@ int run_mount(const MountOptions &opts) {
   if (!opts.pid_file.empty()) std::ofstream(opts.pid_file) << ::getpid() << "\n";
 
   fs.db = MetaDb::open(fs.paths.db);
+  // Handle rows of new objects go to SQLite in batches; recovery (above) wrote back
+  // what a killed daemon had only journaled.
+  fs.db->defer_handles(HandleJournal::open(fs.paths.handle_journal));
   fs.root = std::make_shared<Inode>();
   fs.root->nodeid = FUSE_ROOT_ID;
   fs.root->ino = tree.ino;

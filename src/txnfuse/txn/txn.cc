@@ -52,7 +52,14 @@ void TxnManager::start() {
   reaper_ = std::thread([this] { reaper_loop(); });
   cleaner_ = std::thread([this] { cleaner_loop(); });
   flusher_ = std::thread([this] { flusher_loop(); });
-  mirror_ = std::make_unique<StepMirror>(*env_.db, [this] { mirror_rows(); });
+  mirror_ = std::make_unique<StepMirror>(*env_.db, [this] {
+    mirror_rows();
+    try {
+      env_.db->flush_handles();  // the batch of new objects' handle rows
+    } catch (const std::exception &e) {
+      spdlog::warn("handle rows not written yet (they stay journaled): {}", e.what());
+    }
+  });
   mirror_->start();
 }
 
