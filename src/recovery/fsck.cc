@@ -20,6 +20,7 @@
 
 #include "store/backing.h"
 #include "store/error.h"
+#include "store/handle_journal.h"
 #include "store/metadb.h"
 #include "recovery/recover.h"
 #include "recovery/undo/undo_exec.h"
@@ -244,6 +245,16 @@ void check_damage(const StorePaths &paths, MetaDb &db, FsckReport &rep) {
           dir, e.name));
 }
 
+// Whether a daemon serves the store now (holds its lock).
+bool served(const StorePaths &paths) {
+  try {
+    StoreLock lock(paths);
+    return false;
+  } catch (const Error &) {
+    return true;
+  }
+}
+
 // Problems of the recovery state: logs, transaction records, strays in backups/.
 void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) {
   std::map<uint64_t, std::string> txns;
@@ -341,6 +352,21 @@ FsckReport fsck_store(const StorePaths &paths) {
     all.push_back(r);
     c.ino_of_nodeid[r.nodeid] = r.ino;
   });
+  // Rows a daemon has journaled but not yet written count as rows (store/handle_journal.h):
+  // the serving daemon writes them within 100 ms; after a crash, recovery does.
+  size_t journaled = 0;
+  for (HandleRow &r : read_handle_journal(paths.handle_journal))
+    if (!c.ino_of_nodeid.count(r.nodeid)) {
+      c.ino_of_nodeid[r.nodeid] = r.ino;
+      all.push_back(std::move(r));
+      journaled++;
+    }
+  if (journaled && !served(paths))
+    rep.problems.push_back(fmt::format(
+        "{} handle row{} only in {} (the daemon that made {} was stopped before writing "
+        "them): recovery writes them (txnfs recover STORE)",
+        journaled, journaled == 1 ? " is" : "s are", paths.handle_journal,
+        journaled == 1 ? "its object" : "their objects"));
   rep.rows = all.size();
   std::unordered_set<uint64_t> rows;
   for (const HandleRow &r : all) {

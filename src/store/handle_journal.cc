@@ -108,14 +108,20 @@ void HandleJournal::clear() {
   if (::ftruncate(fd_.get(), 0) != 0) throw_errno("truncate " + path_, errno);
 }
 
-size_t replay_handle_journal(const std::string &path, int tree_fd, MetaDb &db) {
+std::vector<HandleRow> read_handle_journal(const std::string &path) {
+  std::vector<HandleRow> rows;
   std::ifstream in(path);
-  if (!in) return 0;
-  size_t written = 0;
   std::string line;
-  while (std::getline(in, line)) {
-    std::optional<HandleRow> row = decode_handle_line(line);
-    if (!row || db.handle(row->nodeid)) continue;  // torn, or the table knows it
+  while (in && std::getline(in, line))
+    if (auto row = decode_handle_line(line)) rows.push_back(std::move(*row));  // (torn: skipped)
+  return rows;
+}
+
+size_t replay_handle_journal(const std::string &path, int tree_fd, MetaDb &db) {
+  size_t written = 0;
+  for (auto &r : read_handle_journal(path)) {
+    HandleRow *row = &r;
+    if (db.handle(row->nodeid)) continue;  // the table knows it
     // Only an object that still exists (the handle holds the generation: a later
     // object with the same inode number does not open).
     UniqueFd fd(open_by_fh(tree_fd, row->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
@@ -125,7 +131,6 @@ size_t replay_handle_journal(const std::string &path, int tree_fd, MetaDb &db) {
     db.put_handle(*row);
     written++;
   }
-  in.close();
   if (::truncate(path.c_str(), 0) != 0 && errno != ENOENT) throw_errno("truncate " + path, errno);
   return written;
 }

@@ -41,6 +41,9 @@ class HandleJournal {
 std::string encode_handle_line(const HandleRow &row);
 std::optional<HandleRow> decode_handle_line(std::string_view line);
 
+// The rows in the journal at `path` that decode (a missing journal is an empty one).
+std::vector<HandleRow> read_handle_journal(const std::string &path);
+
 // After a crash: writes the journal's rows of objects that still exist in the tree and
 // have no row yet, then empties the journal. Returns how many it wrote. A missing journal
 // is an empty one.
