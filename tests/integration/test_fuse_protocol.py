@@ -285,3 +285,52 @@ def test_acl_and_mode_changes_are_undone_on_abort(mnt):
 def _acls_of(paths):
     return [(oct(os.stat(p).st_mode), _xattr(p, "system.posix_acl_access"),
              _xattr(p, "system.posix_acl_default")) for p in paths]
+
+
+def test_creations_follow_default_acl_changes_and_their_rollback(mnt, xfs):
+    """The daemon reads a directory's default ACL once, not per creation: what it keeps
+    must follow setting it, removing it, and a rollback of either (XFS side by side)."""
+    def create(root, name):
+        old = os.umask(0o022)
+        try:
+            os.close(os.open(root / "d" / name, os.O_CREAT | os.O_WRONLY, 0o666))
+        finally:
+            os.umask(old)
+        return oct(os.lstat(root / "d" / name).st_mode)
+
+    def step(name, change=None):
+        modes = []
+        for root in (xfs.dir, mnt.path):
+            if change:
+                change(root)
+            modes.append(create(root, name))
+        assert modes[0] == modes[1], (name, modes)
+        return modes[1]
+
+    for root in (xfs.dir, mnt.path):
+        (root / "d").mkdir()
+    assert step("a") == oct(0o100644)                     # no default ACL: the umask
+    set_acl = lambda r: os.setxattr(r / "d", "system.posix_acl_default", DEFAULT_ACL)
+    assert step("b", set_acl) == oct(0o100666)            # inherited, umask ignored
+    assert step("c") == oct(0o100666)
+    drop_acl = lambda r: os.removexattr(r / "d", "system.posix_acl_default")
+    assert step("e", drop_acl) == oct(0o100644)
+    # A transaction sets it, creates (inheriting), and aborts: the next creation must
+    # find it gone again.
+    tid = tl.txn_begin(mnt.path)
+    try:
+        set_acl(mnt.path)
+        assert create(mnt.path, "inside") == oct(0o100666)
+    finally:
+        assert tl.txn_abort(mnt.path, tid) == 0
+    assert _xattr(mnt.path / "d", "system.posix_acl_default") is None
+    assert step("f") == oct(0o100644)
+    # ... and the other way round: committed ACL, then a transaction that removes it aborts.
+    assert step("g", set_acl) == oct(0o100666)
+    tid = tl.txn_begin(mnt.path)
+    try:
+        drop_acl(mnt.path)
+        assert create(mnt.path, "inside2") == oct(0o100644)
+    finally:
+        assert tl.txn_abort(mnt.path, tid) == 0
+    assert step("h") == oct(0o100666)

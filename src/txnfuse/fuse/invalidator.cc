@@ -40,6 +40,10 @@ void Invalidator::entry(uint64_t parent, const std::string &name) {
   cv_.notify_one();
 }
 
+void Invalidator::xattrs_restored(uint64_t nodeid) {
+  if (InodePtr i = inodes_.get(nodeid)) i->default_acl = Inode::kUnknown;
+}
+
 void Invalidator::gone(uint64_t nodeid) {
   if (InodePtr i = inodes_.get(nodeid)) i->gone = true;
 }

@@ -35,6 +35,7 @@ class Invalidator final : public CacheInvalidator {
   // wait for the same kernel calls, holding nothing either way.
   void flush() override EXCLUDES(mu_);
   void gone(uint64_t nodeid) override;
+  void xattrs_restored(uint64_t nodeid) override;
 
  private:
   struct Item {

@@ -208,8 +208,11 @@ void op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, const char
   InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
   if (!err && !fd) err = fd.err();
   if (err) return (void)fuse_reply_err(req, err);
+  i->default_acl = Inode::kUnknown;  // before and after: a creation reading it meanwhile
   int rc = ::setxattr(proc_path(fd.get()).c_str(), name, value, size, flags);
-  fuse_reply_err(req, rc == 0 ? 0 : errno);
+  int e = rc == 0 ? 0 : errno;
+  i->default_acl = Inode::kUnknown;  // caches what it found before the change only briefly
+  fuse_reply_err(req, e);
 }
 
 void op_removexattr(fuse_req_t req, fuse_ino_t nodeid, const char *name) {
@@ -219,8 +222,11 @@ void op_removexattr(fuse_req_t req, fuse_ino_t nodeid, const char *name) {
   InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
   if (!err && !fd) err = fd.err();
   if (err) return (void)fuse_reply_err(req, err);
+  i->default_acl = Inode::kUnknown;  // (as op_setxattr)
   int rc = ::removexattr(proc_path(fd.get()).c_str(), name);
-  fuse_reply_err(req, rc == 0 ? 0 : errno);
+  int e = rc == 0 ? 0 : errno;
+  i->default_acl = Inode::kUnknown;
+  fuse_reply_err(req, e);
 }
 
 }  // namespace

@@ -408,13 +408,25 @@ int own_new_entry(fuse_req_t req, int dirfd, const char *name, mode_t mode) {
 // daemon's umask is 0) or txn_make masks the mode by the ACL. Called with the parent's
 // entry lock held, so the parent's default ACL cannot change in between (*default_acl
 // says whether it has one; txn_make needs to know too).
-mode_t creation_mode(fuse_req_t req, int dirfd, mode_t mode, bool *default_acl) {
+mode_t creation_mode(fuse_req_t req, Inode &dir, int dirfd, mode_t mode, bool *default_acl) {
   *default_acl = false;
   if (S_ISLNK(mode)) return mode;
-  ssize_t n = ::getxattr(proc_path(dirfd).c_str(), "system.posix_acl_default", nullptr, 0);
+  // Read once per directory, not per creation: through /proc/self/fd it is one of the
+  // dearest steps of a create (the fd is O_PATH).
+  int8_t known = dir.default_acl.load(std::memory_order_acquire);
+  ssize_t n = 0;
+  if (known == Inode::kUnknown) {
+    n = ::getxattr(proc_path(dirfd).c_str(), "system.posix_acl_default", nullptr, 0);
+    if (n > 0) known = Inode::kAcl;
+    else if (n < 0 && (errno == ENODATA || errno == EOPNOTSUPP)) known = Inode::kNoAcl;
+    if (known != Inode::kUnknown) {
+      int8_t expected = Inode::kUnknown;  // (a reset meanwhile wins: read again next time)
+      dir.default_acl.compare_exchange_strong(expected, known, std::memory_order_acq_rel);
+    }
+  }
   // Anything but "none" (an error included) lets txn_make read it again and decide.
-  *default_acl = n >= 0 || (errno != ENODATA && errno != EOPNOTSUPP);
-  if (n > 0) return mode;
+  *default_acl = known != Inode::kNoAcl;
+  if (known == Inode::kAcl) return mode;
   return mode & ~(fuse_req_ctx(req)->umask & 0777);
 }
 
@@ -430,7 +442,7 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
   InodeFd dir = fs.pin(*parent);
   if (!dir) return dir.err();
   bool default_acl;
-  mode = creation_mode(req, dir.get(), mode, &default_acl);
+  mode = creation_mode(req, *parent, dir.get(), mode, &default_acl);
   auto make = [&](int dirfd, const char *n) { return make_as(dirfd, n, mode & 07777); };
   UniqueFd made;  // a transaction's new object, as txn_make opened it
   if (Txn *t = op.txn()) {

@@ -80,6 +80,12 @@ struct Inode {
   // mapping (TxnManager::write_back_mapped). A read(2) of whole pages sets it too: it
   // only costs that transaction's commit one invalidation of the object.
   std::atomic<bool> paged{false};
+  // A directory's default ACL as creations in it last found it (creation_mode): kNoAcl,
+  // kAcl, or kUnknown (not read yet, or an xattr of it changed since: op_setxattr and
+  // op_removexattr reset it, and a rollback that restored its xattrs, before its locks
+  // go: CacheInvalidator::xattrs_restored). Only the daemon changes the tree's xattrs.
+  enum : int8_t { kUnknown = -1, kNoAcl = 0, kAcl = 1 };
+  std::atomic<int8_t> default_acl{kUnknown};
   InlineFh fh;  // backing file handle (see store/backing.h)
 
   Inode() = default;

@@ -304,6 +304,11 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
           env_.cache->gone(env_.nodeid_of(obj.ino));  // before its locks are released
         }
         for (auto &obj : r.touched) env_.cache->inode(env_.nodeid_of(obj.ino));
+        {
+          MutexLock g(t->mu);  // (before the locks go: a creation in a directory whose
+          for (auto &[nodeid, o] : t->objects)  // default ACL came back must see it)
+            if (o.xattrs_saved) env_.cache->xattrs_restored(nodeid);
+        }
       }
       for (auto it = row_names.rbegin(); it != row_names.rend(); ++it)
         env_.db->set_handle_name(it->nodeid, it->parent, it->name);

@@ -33,6 +33,9 @@ class CacheInvalidator {
   virtual void entry(uint64_t parent, const std::string &name) = 0;
   virtual void flush() = 0;
   virtual void gone(uint64_t nodeid) = 0;
+  // A rollback may have restored the object's xattrs: what the daemon caches of them
+  // (Inode::default_acl) is stale. At once, before the transaction's locks go.
+  virtual void xattrs_restored(uint64_t nodeid) = 0;
 };
 
 // For a core with no cache in front of it (unit tests, tools).
@@ -42,6 +45,7 @@ class NoCache final : public CacheInvalidator {
   void entry(uint64_t, const std::string &) override {}
   void flush() override {}
   void gone(uint64_t) override {}
+  void xattrs_restored(uint64_t) override {}
 };
 
 struct TxnEnv {
