@@ -347,26 +347,27 @@ FsckReport fsck_store(const StorePaths &paths) {
   Checker c(tree.get());
   rep.problems = c.walk_problems;
   rep.objects = c.objects.size();
-  std::vector<HandleRow> all;
-  db->for_each_handle([&](const HandleRow &r) {
-    all.push_back(r);
-    c.ino_of_nodeid[r.nodeid] = r.ino;
-  });
-  // Rows a daemon has journaled but not yet written count as rows (store/handle_journal.h):
-  // the serving daemon writes them within 100 ms; after a crash, recovery does.
-  size_t journaled = 0;
-  for (HandleRow &r : read_handle_journal(paths.handle_journal))
-    if (!c.ino_of_nodeid.count(r.nodeid)) {
-      c.ino_of_nodeid[r.nodeid] = r.ino;
-      all.push_back(std::move(r));
-      journaled++;
-    }
-  if (journaled && !served(paths))
+  std::map<uint64_t, HandleRow> table;
+  db->for_each_handle([&](const HandleRow &r) { table[r.nodeid] = r; });
+  // Changes a daemon has journaled but not yet written count as made
+  // (store/handle_journal.h): the serving daemon writes them within 100 ms; after a
+  // crash, recovery does.
+  std::vector<HandleChange> journal = read_handle_journal(paths.handle_journal);
+  for (HandleChange &j : journal) {
+    if (j.removal) table.erase(j.row.nodeid);
+    else table[j.row.nodeid] = std::move(j.row);
+  }
+  if (!journal.empty() && !served(paths))
     rep.problems.push_back(fmt::format(
-        "{} handle row{} only in {} (the daemon that made {} was stopped before writing "
-        "them): recovery writes them (txnfs recover STORE)",
-        journaled, journaled == 1 ? " is" : "s are", paths.handle_journal,
-        journaled == 1 ? "its object" : "their objects"));
+        "{} handle-table change{} only in {} (the daemon that made {} was stopped before "
+        "writing them): recovery writes them (txnfs recover STORE)",
+        journal.size(), journal.size() == 1 ? " is" : "s are", paths.handle_journal,
+        journal.size() == 1 ? "it" : "them"));
+  std::vector<HandleRow> all;
+  for (auto &[nodeid, r] : table) {
+    c.ino_of_nodeid[nodeid] = r.ino;
+    all.push_back(std::move(r));
+  }
   rep.rows = all.size();
   std::unordered_set<uint64_t> rows;
   for (const HandleRow &r : all) {

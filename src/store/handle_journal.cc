@@ -48,14 +48,17 @@ bool number(std::string_view s, uint64_t &v) {
 
 }  // namespace
 
-// nodeid generation ino type fh(hex) uuid parent|- name(hex)
-std::string encode_handle_line(const HandleRow &r) {
+// A row:     nodeid generation ino type fh(hex) uuid parent|- name(hex)
+// A removal: - nodeid
+std::string encode_handle_line(const HandleChange &c) {
+  if (c.removal) return fmt::format("- {}\n", c.row.nodeid);
+  const HandleRow &r = c.row;
   return fmt::format("{} {} {} {} {} {} {} {}\n", r.nodeid, r.generation, r.ino, r.type,
                      hex(r.fh), r.uuid, r.parent ? std::to_string(*r.parent) : "-",
                      r.parent ? hex(r.name) : "-");
 }
 
-std::optional<HandleRow> decode_handle_line(std::string_view line) {
+std::optional<HandleChange> decode_handle_line(std::string_view line) {
   std::vector<std::string_view> f;
   while (!line.empty()) {
     size_t sp = line.find(' ');
@@ -63,8 +66,14 @@ std::optional<HandleRow> decode_handle_line(std::string_view line) {
     if (sp == std::string_view::npos) break;
     line.remove_prefix(sp + 1);
   }
+  HandleChange c;
+  if (f.size() == 2 && f[0] == "-") {
+    c.removal = true;
+    if (!number(f[1], c.row.nodeid)) return std::nullopt;
+    return c;
+  }
   if (f.size() != 8) return std::nullopt;
-  HandleRow r;
+  HandleRow &r = c.row;
   uint64_t type = 0;
   if (!number(f[0], r.nodeid) || !number(f[1], r.generation) || !number(f[2], r.ino) ||
       !number(f[3], type) || f[5].empty())
@@ -81,7 +90,7 @@ std::optional<HandleRow> decode_handle_line(std::string_view line) {
     r.parent = p;
     r.name = *name;
   }
-  return r;
+  return c;
 }
 
 std::unique_ptr<HandleJournal> HandleJournal::open(const std::string &path) {
@@ -90,8 +99,8 @@ std::unique_ptr<HandleJournal> HandleJournal::open(const std::string &path) {
   return std::unique_ptr<HandleJournal>(new HandleJournal(std::move(fd), path));
 }
 
-void HandleJournal::append(const HandleRow &row) {
-  std::string line = encode_handle_line(row);
+void HandleJournal::append(const HandleChange &change) {
+  std::string line = encode_handle_line(change);
   ssize_t n = ::write(fd_.get(), line.data(), line.size());
   if (n != ssize_t(line.size())) {
     int err = n < 0 ? errno : ENOSPC;
@@ -108,27 +117,36 @@ void HandleJournal::clear() {
   if (::ftruncate(fd_.get(), 0) != 0) throw_errno("truncate " + path_, errno);
 }
 
-std::vector<HandleRow> read_handle_journal(const std::string &path) {
-  std::vector<HandleRow> rows;
+std::vector<HandleChange> read_handle_journal(const std::string &path) {
+  std::vector<HandleChange> changes;
   std::ifstream in(path);
   std::string line;
   while (in && std::getline(in, line))
-    if (auto row = decode_handle_line(line)) rows.push_back(std::move(*row));  // (torn: skipped)
-  return rows;
+    if (auto c = decode_handle_line(line)) changes.push_back(std::move(*c));  // (torn: skipped)
+  return changes;
 }
+
+namespace {
+// Does the object `row` names exist (with a name)? Its handle holds the generation: a
+// later object with the same inode number does not open.
+bool exists(int tree_fd, const HandleRow &row) {
+  UniqueFd fd(open_by_fh(tree_fd, row.fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  return fd && ::fstat(fd.get(), &st) == 0 && uint64_t(st.st_ino) == row.ino && st.st_nlink > 0;
+}
+}  // namespace
 
 size_t replay_handle_journal(const std::string &path, int tree_fd, MetaDb &db) {
   size_t written = 0;
-  for (auto &r : read_handle_journal(path)) {
-    HandleRow *row = &r;
-    if (db.handle(row->nodeid)) continue;  // the table knows it
-    // Only an object that still exists (the handle holds the generation: a later
-    // object with the same inode number does not open).
-    UniqueFd fd(open_by_fh(tree_fd, row->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
-    struct stat st;
-    if (!fd || ::fstat(fd.get(), &st) != 0 || uint64_t(st.st_ino) != row->ino || st.st_nlink == 0)
-      continue;
-    db.put_handle(*row);
+  for (auto &c : read_handle_journal(path)) {
+    std::optional<HandleRow> now = db.handle(c.row.nodeid);
+    if (c.removal) {
+      if (!now || exists(tree_fd, *now)) continue;  // (a rollback brought it back)
+      db.remove_handle(c.row.nodeid);
+    } else {
+      if (now || !exists(tree_fd, c.row)) continue;
+      db.put_handle(c.row);
+    }
     written++;
   }
   if (::truncate(path.c_str(), 0) != 0 && errno != ENOENT) throw_errno("truncate " + path, errno);

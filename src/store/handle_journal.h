@@ -1,18 +1,20 @@
-// HandleJournal — handle rows the daemon has handed out but not yet written to SQLite.
+// HandleJournal — changes of the handle table the daemon has made but not yet written
+// to SQLite: new rows (an object was made) and removals (an object's last name went).
 //
-// Creating an object costs a handle row (MetaDb::put_handle). Written one by one, each
-// row is a SQLite transaction of its own (four b-trees, a WAL append): the largest single
-// cost of a plain create. So the daemon keeps fresh rows in memory and writes them in
-// batches (MetaDb::flush_handles), and appends each to this journal first: one line,
-// one write(2). Invariants:
-//   - a row is in the journal before anyone hears of its object (the reply comes after
-//     put_handle returns), and the journal is cleared only after the rows it held are
-//     in SQLite; a killed daemon therefore loses no row: the next mount's recovery
-//     writes back those of objects that still exist (replay_handle_journal);
-//   - the journal never holds a row older than the table's: every other change of the
-//     handle table writes the pending rows (and clears the journal) first.
+// Each costs a SQLite transaction of its own when written one by one (four b-trees, a
+// WAL append): the largest single cost of a plain create or unlink. So the daemon keeps
+// them in memory and writes them in batches (MetaDb::flush_handles), and appends each to
+// this journal first: one line, one write(2). Invariants:
+//   - a change is in the journal before anyone hears of it (the reply comes after
+//     put_handle/remove_handle returns), and the journal is cleared only after the
+//     changes it held are in SQLite; a killed daemon therefore loses none: the next
+//     mount's recovery applies them again, in order (replay_handle_journal), a row only
+//     for an object that still exists and a removal only of one that is gone;
+//   - the journal holds only changes made after everything in the table: every other
+//     change of the handle table writes the kept ones (and clears the journal) first.
 // Neither file is synced here, as the WAL is not: a power cut may lose the tail of
-// both (docs/crash-model.md: the next lookup recreates such a row).
+// both (docs/crash-model.md: the next lookup recreates a lost row; fsck reports a row
+// whose removal was lost, and --repair drops it).
 #pragma once
 #include <memory>
 #include <optional>
@@ -29,7 +31,7 @@ class HandleJournal {
  public:
   // Opens (creates) the journal at `path` for appending. Throws Error.
   static std::unique_ptr<HandleJournal> open(const std::string &path);
-  void append(const HandleRow &row);  // one write(2); throws Error
+  void append(const HandleChange &change);  // one write(2); throws Error
   void clear();                       // throws Error
 
  private:
@@ -38,15 +40,22 @@ class HandleJournal {
   std::string path_;
 };
 
-std::string encode_handle_line(const HandleRow &row);
-std::optional<HandleRow> decode_handle_line(std::string_view line);
+// One change: a row put (`removal` false) or the removal of row.nodeid's row.
+struct HandleChange {
+  bool removal = false;
+  HandleRow row;
+};
 
-// The rows in the journal at `path` that decode (a missing journal is an empty one).
-std::vector<HandleRow> read_handle_journal(const std::string &path);
+std::string encode_handle_line(const HandleChange &change);
+std::optional<HandleChange> decode_handle_line(std::string_view line);
 
-// After a crash: writes the journal's rows of objects that still exist in the tree and
-// have no row yet, then empties the journal. Returns how many it wrote. A missing journal
-// is an empty one.
+// The changes in the journal at `path` that decode, in order (a missing journal is an
+// empty one).
+std::vector<HandleChange> read_handle_journal(const std::string &path);
+
+// After a crash: applies the journal's changes in order -- a row of an object that
+// still exists in the tree and has no row yet, a removal of a row whose object is gone
+// -- then empties the journal. Returns how many it applied.
 size_t replay_handle_journal(const std::string &path, int tree_fd, MetaDb &db);
 
 }  // namespace txnfs

@@ -295,7 +295,11 @@ static HandleRow read_handle(auto &s) {
 
 std::optional<HandleRow> MetaDb::handle(uint64_t nodeid) {
   RecursiveMutexLock g(mu_);
-  if (auto it = kept_at_.find(nodeid); it != kept_at_.end()) return kept_[it->second];
+  if (auto it = kept_at_.find(nodeid); it != kept_at_.end()) {
+    const HandleChange &c = kept_[it->second];
+    if (c.removal) return std::nullopt;
+    return c.row;
+  }
   Stmt s(*this, get_handle_);
   s.bind(1, int64_t(nodeid));
   if (!s.step()) return std::nullopt;
@@ -307,13 +311,13 @@ void MetaDb::put_handle(HandleRow &row) {
   removed_.erase(row.nodeid);  // a new object may reuse a removed one's inode number
   if (row.uuid.empty()) row.uuid = new_uuid();
   if (!journal_) return write_handle(row);
-  journal_->append(row);  // (throws: nothing kept, as a failed INSERT)
-  if (auto it = kept_at_.find(row.nodeid); it != kept_at_.end()) {
-    kept_[it->second] = row;
-  } else {
-    kept_at_[row.nodeid] = kept_.size();
-    kept_.push_back(row);
-  }
+  keep(HandleChange{false, row});
+}
+
+void MetaDb::keep(HandleChange change) {
+  journal_->append(change);  // (throws: nothing kept, as a failed statement)
+  kept_at_[change.row.nodeid] = kept_.size();
+  kept_.push_back(std::move(change));
   if (kept_.size() >= kMaxKeptHandles) flush_handles();
 }
 
@@ -326,11 +330,19 @@ void MetaDb::defer_handles(std::unique_ptr<HandleJournal> journal) {
 void MetaDb::flush_handles() {
   RecursiveMutexLock g(mu_);
   if (kept_.empty()) return;
-  // INSERT OR REPLACE in put_handle order: the table ends as if each had been written
-  // at once. On an error everything stays kept (and journaled) for the next flush.
+  // In the order of the calls: the table ends as if each had been written at once. On
+  // an error everything stays kept (and journaled) for the next flush.
   transaction([&] {
     mu_.assert_held();  // (transaction() runs it under mu_)
-    for (const HandleRow &r : kept_) write_handle(r);
+    for (const HandleChange &c : kept_) {
+      if (!c.removal) {
+        write_handle(c.row);
+        continue;
+      }
+      Stmt s(*this, del_handle_);
+      s.bind(1, int64_t(c.row.nodeid));
+      s.step();
+    }
   });
   kept_.clear();
   kept_at_.clear();
@@ -357,10 +369,16 @@ bool MetaDb::repair_handle(HandleRow &row) {
 
 void MetaDb::remove_handle(uint64_t nodeid) {
   RecursiveMutexLock g(mu_);
-  flush_handles();
-  Stmt s(*this, del_handle_);
-  s.bind(1, int64_t(nodeid));
-  s.step();
+  if (journal_) {
+    HandleChange c;
+    c.removal = true;
+    c.row.nodeid = nodeid;
+    keep(std::move(c));
+  } else {
+    Stmt s(*this, del_handle_);
+    s.bind(1, int64_t(nodeid));
+    s.step();
+  }
   if (removed_.insert(nodeid).second) {
     removed_order_.push_back(nodeid);
     if (removed_order_.size() > kRecentlyRemoved) {

@@ -28,6 +28,7 @@ struct sqlite3_stmt;
 namespace txnfs {
 
 class HandleJournal;
+struct HandleChange;
 
 inline constexpr int kSchemaVersion = 5;
 // Databases from this version on are upgraded in place (see schema.sql).
@@ -93,11 +94,12 @@ class MetaDb {
   void clear_handle_name(uint64_t parent, const std::string &name);
   void for_each_handle(const std::function<void(const HandleRow &)> &fn);
   uint64_t handle_count();
-  // Write-behind of handle rows (store/handle_journal.h): from now on put_handle appends
-  // the row to `journal` and keeps it in memory; flush_handles() writes what is kept in
-  // one SQLite transaction and clears the journal. Every other operation on the handle
-  // table, sync() and the destructor flush first; handle() also sees kept rows. The
-  // daemon flushes every StepMirror::kInterval; at most kMaxKeptHandles are kept.
+  // Write-behind of handle rows (store/handle_journal.h): from now on put_handle and
+  // remove_handle append the change to `journal` and keep it in memory; flush_handles()
+  // writes what is kept in one SQLite transaction and clears the journal. Every other
+  // operation on the handle table, sync() and the destructor flush first; handle() sees
+  // kept changes. The daemon flushes every StepMirror::kInterval; at most
+  // kMaxKeptHandles are kept.
   void defer_handles(std::unique_ptr<HandleJournal> journal);
   void flush_handles();
   static constexpr size_t kMaxKeptHandles = 1024;
@@ -182,7 +184,8 @@ class MetaDb {
   int tx_depth_ GUARDED_BY(mu_) = 0;
   void write_handle(const HandleRow &row) REQUIRES(mu_);
   std::unique_ptr<HandleJournal> journal_ GUARDED_BY(mu_);
-  std::vector<HandleRow> kept_ GUARDED_BY(mu_);                 // in put_handle order
+  void keep(HandleChange change) REQUIRES(mu_);
+  std::vector<HandleChange> kept_ GUARDED_BY(mu_);         // in the order of the calls
   std::unordered_map<uint64_t, size_t> kept_at_ GUARDED_BY(mu_);  // nodeid -> its last in kept_
   uint64_t next_txn_id_ GUARDED_BY(mu_) = 0;  // new_txn_id: the next id to hand out
   uint64_t txn_ids_end_ GUARDED_BY(mu_) = 0;  // ... and the end of the reserved block

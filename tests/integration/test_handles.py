@@ -146,7 +146,7 @@ def test_handles_of_files_made_just_before_kill9_survive(mnt):
     # fsck counts journaled rows as rows, and says that recovery must write them
     p = tl.txnfs("fsck", mnt.store.path)
     assert p.returncode == 1, tl.output_of(p)
-    assert re.search(r"handle rows? (is|are) only in .*handles\.journal.*recovery writes them",
+    assert re.search(r"handle-table changes? (is|are) only in .*handles\.journal.*recovery writes them",
                      p.stdout), p.stdout
     assert "has no handle row" not in p.stdout, p.stdout
     mnt.mount()  # recovery writes them back
@@ -155,6 +155,41 @@ def test_handles_of_files_made_just_before_kill9_survive(mnt):
     check_handles(mnt, objects, handles)
     for rel in missing:
         assert mnt.store.query("SELECT 1 FROM handles WHERE nodeid = ?", (handles[rel][1],)), rel
+
+
+def test_rows_of_files_removed_just_before_kill9_go(mnt):
+    """Removals of handle rows are journaled and written in batches like new rows: a
+    daemon killed right after 200 unlinks leaves their rows in the table, and the next
+    mount removes them (fsck clean, and the handles stale)."""
+    journal = mnt.store.internal / "handles.journal"
+    for attempt in range(5):
+        d = mnt.path / f"gone{attempt}"
+        d.mkdir()
+        for k in range(200):
+            write_file(d / f"f{k}", b"x")
+        handles = take_handles(mnt, [f"gone{attempt}/f{k}" for k in range(200)])
+        mnt.umount()            # every row written
+        mnt.mount()
+        for k in range(200):
+            os.unlink(d / f"f{k}")
+        mnt.kill9()
+        if any(line.startswith("- ") for line in journal.read_text().splitlines()):
+            break
+        mnt.mount()
+    else:
+        pytest.fail("every batch of removals reached SQLite before the kill")
+    left = [ino for fh, ino in handles.values()
+            if mnt.store.query("SELECT 1 FROM handles WHERE nodeid = ?", (ino,))]
+    assert left, "the removals were journaled, yet no row is left in the table"
+    mnt.mount()
+    assert journal.stat().st_size == 0
+    for ino in left:
+        assert not mnt.store.query("SELECT 1 FROM handles WHERE nodeid = ?", (ino,)), ino
+    drop_caches()
+    for rel, (fh, ino) in handles.items():
+        assert handle_errno(mnt, fh) == errno.ESTALE, rel
+    p = tl.txnfs("fsck", mnt.store.path)
+    assert p.returncode == 0, tl.output_of(p)
 
 
 def test_removed_file_handle_is_stale(mnt):

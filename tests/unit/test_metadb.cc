@@ -196,8 +196,8 @@ TEST_CASE("handle rows kept back: read at once, in order with other changes, jou
   std::string l1, l2;
   REQUIRE(std::getline(in, l1));
   REQUIRE(std::getline(in, l2));
-  CHECK(decode_handle_line(l1)->uuid == a.uuid);
-  CHECK(decode_handle_line(l2)->name == "b");
+  CHECK(decode_handle_line(l1)->row.uuid == a.uuid);
+  CHECK(decode_handle_line(l2)->row.name == "b");
   // Another change of the table writes the kept rows first (and clears the journal).
   db->set_handle_name(10, 1, "renamed");
   CHECK(db->handle(10)->name == "renamed");
@@ -217,25 +217,46 @@ TEST_CASE("handle rows kept back: read at once, in order with other changes, jou
   db->flush_handles();
   CHECK(db->handle(12)->name == "c2");
   CHECK(db->handle_count() == 3);
+  // A removal is kept too: gone for handle() at once, from the table at the flush, and
+  // a row put again afterwards (a reused inode number) survives it.
+  db->remove_handle(11);
+  CHECK_FALSE(db->handle(11));
+  {
+    auto other = MetaDb::open(path, true);
+    CHECK(other->handle(11));
+  }
+  db->remove_handle(12);
+  HandleRow reused = row(12, 1, "again");
+  db->put_handle(reused);
+  db->flush_handles();
+  CHECK_FALSE(db->handle(11));
+  CHECK(db->handle(12)->name == "again");
+  CHECK(db->handle_count() == 2);
 }
 
 TEST_CASE("a journal line round-trips; a torn or foreign one is refused") {
   HandleRow r = row(42, 7, std::string("a name\nwith \x01 bytes", 19));
   r.uuid = "0b1c9a3e-0000-4000-8000-000000000042";
-  std::string line = encode_handle_line(r);
+  std::string line = encode_handle_line({false, r});
   REQUIRE(line.back() == '\n');
   line.pop_back();
   auto back = decode_handle_line(line);
   REQUIRE(back);
-  CHECK(back->nodeid == 42);
-  CHECK(back->fh == r.fh);
-  CHECK(back->parent == std::optional<uint64_t>(7));
-  CHECK(back->name == r.name);
+  CHECK_FALSE(back->removal);
+  CHECK(back->row.nodeid == 42);
+  CHECK(back->row.fh == r.fh);
+  CHECK(back->row.parent == std::optional<uint64_t>(7));
+  CHECK(back->row.name == r.name);
   HandleRow unnamed = row(43);
   unnamed.uuid = "u";
-  std::string l2 = encode_handle_line(unnamed);
+  std::string l2 = encode_handle_line({false, unnamed});
   l2.pop_back();
-  CHECK_FALSE(decode_handle_line(l2)->parent);
+  CHECK_FALSE(decode_handle_line(l2)->row.parent);
+  std::string l3 = encode_handle_line({true, unnamed});
+  l3.pop_back();
+  CHECK(decode_handle_line(l3)->removal);
+  CHECK(decode_handle_line(l3)->row.nodeid == 43);
+  CHECK_FALSE(decode_handle_line("- x"));
   CHECK_FALSE(decode_handle_line(line.substr(0, line.size() / 2)));
   CHECK_FALSE(decode_handle_line("garbage"));
   CHECK_FALSE(decode_handle_line(""));
