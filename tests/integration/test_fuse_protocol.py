@@ -315,22 +315,18 @@ def test_creations_follow_default_acl_changes_and_their_rollback(mnt, xfs):
     assert step("c") == oct(0o100666)
     drop_acl = lambda r: os.removexattr(r / "d", "system.posix_acl_default")
     assert step("e", drop_acl) == oct(0o100644)
-    # A transaction sets it, creates (inheriting), and aborts: the next creation must
-    # find it gone again.
-    tid = tl.txn_begin(mnt.path)
-    try:
-        set_acl(mnt.path)
-        assert create(mnt.path, "inside") == oct(0o100666)
-    finally:
-        assert tl.txn_abort(mnt.path, tid) == 0
+    def aborted(change, name, mode_inside):
+        """A transaction changes the default ACL, creates, and aborts."""
+        tid = tl.txn_begin(mnt.path)
+        try:
+            change(mnt.path)
+            assert create(mnt.path, name) == oct(mode_inside)
+        finally:
+            assert tl.txn_abort(mnt.path, tid) == 0
+
+    aborted(set_acl, "inside", 0o100666)  # the next creation must find it gone again
     assert _xattr(mnt.path / "d", "system.posix_acl_default") is None
     assert step("f") == oct(0o100644)
-    # ... and the other way round: committed ACL, then a transaction that removes it aborts.
     assert step("g", set_acl) == oct(0o100666)
-    tid = tl.txn_begin(mnt.path)
-    try:
-        drop_acl(mnt.path)
-        assert create(mnt.path, "inside2") == oct(0o100644)
-    finally:
-        assert tl.txn_abort(mnt.path, tid) == 0
+    aborted(drop_acl, "inside2", 0o100644)  # ... and back again
     assert step("h") == oct(0o100666)
