@@ -1,11 +1,12 @@
 #include "store/metadb.h"
 
-#include <algorithm>
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
+
+#include <algorithm>
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
@@ -318,7 +319,13 @@ void MetaDb::keep(HandleChange change) {
   journal_->append(change);  // (throws: nothing kept, as a failed statement)
   kept_at_[change.row.nodeid] = kept_.size();
   kept_.push_back(std::move(change));
-  if (kept_.size() >= kMaxKeptHandles) flush_handles();
+  if (kept_.size() < kMaxKeptHandles) return;
+  try {
+    flush_handles();
+  } catch (const Error &) {
+    // The change is kept and journaled: this caller's part succeeded. The next flush
+    // tries again (and its caller hears of the error).
+  }
 }
 
 void MetaDb::defer_handles(std::unique_ptr<HandleJournal> journal) {
