@@ -750,6 +750,59 @@ def test_attributes_of_a_made_object_stay_with_its_transaction(mnt):
     S.assert_no_backups(mnt.store)
 
 
+def test_names_inside_a_made_directory_are_cached_with_it_and_dropped_with_it(mnt):
+    """Names inside a directory a transaction made get the mount's usual cache lifetime
+    (only the made directory's own name, in a directory that existed before, is cached
+    for no time: the one way in for everyone else). Walks that start inside the made
+    directory -- a descriptor of it, as a process's working directory would be -- then
+    reach its names from the kernel's cache. A plain process finds none of them; after an
+    abort none of them is served any more, not even through that descriptor, and a new
+    directory of the same name shows none of the old names; after a commit a plain
+    process sees them all."""
+    base = mnt.path / "tree"
+    base.mkdir()
+
+    def plain_stat(p):
+        return subprocess.run([sys.executable, "-c", PLAIN_STAT, str(p)], capture_output=True,
+                              text=True, timeout=60).stdout.strip()
+
+    for end in ("abort", "commit"):
+        top = base / f"top-{end}"
+        tid = tl.txn_begin(mnt.path)
+        topfd = -1
+        try:
+            top.mkdir()
+            topfd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+            os.makedirs(top / "a" / "b")
+            (top / "a" / "b" / "f").write_bytes(b"y" * 321)
+            assert plain_stat(top / "a" / "b" / "f") == f"error {errno.ENOENT}"
+            assert plain_stat(top) == f"error {errno.ENOENT}"
+            # (The plain lookups above made the kernel drop the transaction's dentry of
+            # `top` with everything below it; these walks cache them again.)
+            for _ in range(3):  # walked again and again: from the cache after the first
+                assert os.stat(top / "a" / "b" / "f").st_size == 321
+                for rel in ("a", "a/b", "a/b/f"):
+                    os.stat(rel, dir_fd=topfd)
+            if end == "abort":
+                assert tl.txn_abort(mnt.path, tid) == 0
+                for rel in ("a", "a/b", "a/b/f"):
+                    err = tl.errno_of(os.stat, rel, dir_fd=topfd)
+                    assert err in (errno.ENOENT, errno.ESTALE), \
+                        f"{rel} inside the rolled-back directory: {err or 'still served'}"
+                assert plain_stat(top / "a" / "b" / "f") == f"error {errno.ENOENT}"
+                top.mkdir()   # plain: a new directory of the same name
+                assert sorted(os.listdir(top)) == []
+                assert tl.errno_of(os.stat, top / "a" / "b" / "f") == errno.ENOENT
+            else:
+                assert tl.txn_commit(mnt.path, tid) == 0
+                assert plain_stat(top / "a" / "b" / "f") == "321 0o644"
+                assert os.stat("a/b/f", dir_fd=topfd).st_size == 321
+        finally:
+            if topfd >= 0:
+                os.close(topfd)
+    S.assert_no_backups(mnt.store)
+
+
 def test_transactions_that_walk_a_directory_all_make_names_in_it(mnt):
     """Four transactions at once (`txnfs run`), each stats the mount's root, makes its own
     directory there and 200 files inside: none waits for another, all commit. A

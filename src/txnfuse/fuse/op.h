@@ -95,6 +95,12 @@ class Op {
   // locked until it ends; what it made only it can reach until it ends.
   void set_timeouts(fuse_entry_param &e, bool changed_entry = false) const;
   double attr_timeout(uint64_t nodeid) const;
+  // Whether a name in directory `parent` that this request's transaction changed is
+  // reachable by others: not in a directory the transaction made, which no one else
+  // can reach (its own name lives in a directory that existed before, and gets no
+  // cache lifetime). Names in made directories may therefore be cached: the walks
+  // through a tree the transaction creates then look up only its top.
+  bool shared_name(uint64_t parent) const { return s_.txn && !s_.txn->made(parent); }
 
   // The next Op constructed on this thread continues with `s` (a resumed request).
   static void adopt_next(std::unique_ptr<State> s);

@@ -151,7 +151,7 @@ void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
         err = lerr;
         break;
       }
-      finish_entry(op, e, op.txn() && fs.view.before(nodeid, name));
+      finish_entry(op, e, op.shared_name(nodeid) && fs.view.before(nodeid, name));
       n = fuse_add_direntry_plus(req, p, rem, name, &e, next);
       if (n > rem) {
         fs.inodes.forget(e.ino, 1);

@@ -249,7 +249,8 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
       else if (op.plain_isolated()) err = lookup_committed(fs, p, name, &e, &snapshot);
       else if (!(err = op.lock_entry(parent, name, false))) err = lookup_name(fs, p, name, false, &e);
       // What an open transaction may still change must not stay in kernel caches.
-      bool volatile_entry = snapshot || (op.txn() && fs.view.before(parent, name));
+      bool volatile_entry =
+          snapshot || (op.shared_name(parent) && fs.view.before(parent, name));
       if (err == ENOENT) {  // negative entry: the kernel may cache the miss
         std::memset(&e, 0, sizeof e);
         op.set_timeouts(e, volatile_entry);
@@ -464,7 +465,7 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
     err = EIO;
   }
   if (err && !op.txn()) ::unlinkat(dir.get(), name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
-  if (!err) op.set_timeouts(*e, true);
+  if (!err) op.set_timeouts(*e, op.shared_name(parent->nodeid));
   return err;
 }
 
@@ -541,7 +542,7 @@ void op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent, const char
   fuse_entry_param e;
   fs.inodes.add_lookup_existing(i);
   fill_entry(fs, *i, st, &e);
-  op.set_timeouts(e, true);
+  op.set_timeouts(e, op.shared_name(newparent));
   fuse_reply_entry(req, &e);
 }
 
@@ -683,14 +684,20 @@ int do_lookup(Fs &fs, const InodePtr &parent, const char *name, fuse_entry_param
   return lookup_name(fs, parent, name, false, e);
 }
 
+// `volatile_entry`: an open transaction may still change the name. For a plain reader
+// that also means the object's attributes are the committed ones it was shown, not
+// cacheable; a transaction's own lookup keeps the lifetime Op::attr_timeout gives the
+// object (cached if the transaction made it: no one else can reach it), or else every
+// walk through a directory it made would fetch the directory's attributes again.
 void finish_entry(const Op &op, fuse_entry_param &e, bool volatile_entry) {
   Fs &fs = op.fs();
+  bool committed_attrs = volatile_entry && !op.txn();
   if (sees_committed_attrs(op, e.ino))  // (never while no transaction is open)
     if (InodePtr i = fs.inodes.get(e.ino))
       if (InodeFd fd = fs.pin(*i); fd && !fs.view.attrs(e.ino, fd.get(), e.attr))
-        volatile_entry = true;
+        volatile_entry = committed_attrs = true;
   op.set_timeouts(e, volatile_entry);
-  if (volatile_entry) e.attr_timeout = 0;
+  if (committed_attrs) e.attr_timeout = 0;
 }
 
 }  // namespace txnfs

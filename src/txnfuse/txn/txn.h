@@ -137,6 +137,12 @@ struct Txn : LockOwner {
     auto it = objects.find(nodeid);
     return it != objects.end() && !it->second.created;
   }
+  // Did this transaction make the object? Until it ends no one else can reach it.
+  bool made(uint64_t nodeid) EXCLUDES(mu) {
+    MutexLock g(mu);
+    auto it = objects.find(nodeid);
+    return it != objects.end() && it->second.created;
+  }
   // Corrects attributes this transaction reads for what its own log hides.
   void adjust(struct stat &st, uint64_t nodeid) EXCLUDES(mu) {
     MutexLock g(mu);
