@@ -27,6 +27,12 @@ uint32_t load32(const unsigned char *p) {
 }  // namespace
 
 BackingId backing_id(int fd) {
+  struct stat st;
+  if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) throw_errno("stat", errno);
+  return backing_id(fd, st);
+}
+
+BackingId backing_id(int fd, const struct stat &st) {
   std::vector<char> buf(sizeof(file_handle) + MAX_HANDLE_SZ);
   auto *h = reinterpret_cast<file_handle *>(buf.data());
   h->handle_bytes = MAX_HANDLE_SZ;
@@ -35,8 +41,6 @@ BackingId backing_id(int fd) {
     throw_errno("name_to_handle_at", errno);
   BackingId id;
   const unsigned char *f = h->f_handle;
-  struct stat st;
-  if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) throw_errno("stat", errno);
   id.ino = st.st_ino;
   if (h->handle_type == kXfsFileIdIno64Gen && h->handle_bytes >= 12) {
     id.generation = load32(f + 8);

@@ -4,6 +4,8 @@
 // handle holds the inode number and generation, so (ino, generation) identifies an
 // object for its whole life and never names a later object that reuses the number.
 #pragma once
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <string>
 
@@ -17,6 +19,8 @@ struct BackingId {
 
 // Identity of the object `fd` refers to (an O_PATH fd is fine). Throws Error.
 BackingId backing_id(int fd);
+// The same, given the object's stat (one system call fewer).
+BackingId backing_id(int fd, const struct stat &st);
 
 // Opens the object named by a serialized handle. `mount_fd` is any fd (not O_PATH) on the same
 // file system. Returns -errno on failure (ESTALE when the object is gone).

@@ -1,12 +1,16 @@
 #include "store/metadb.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sqlite3.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uuid/uuid.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
@@ -19,9 +23,46 @@ namespace txnfs {
 
 namespace {
 
+// Random (version 4) UUIDs for handle rows. libuuid's uuid_generate makes six system
+// calls per UUID (getrandom, and the pid, uid and thread id it mixes into its fallback
+// generator), and every create needs one; so the random bytes come from a buffer per
+// thread that one getrandom(2) fills for 256 UUIDs. A forked child refills before its
+// first UUID (the fork epoch), so parent and child never hand out the same bytes.
+std::atomic<uint64_t> fork_epoch{1};
+
 std::string new_uuid() {
-  uuid_t u;
-  uuid_generate(u);
+  static const int registered =
+      pthread_atfork(nullptr, nullptr, [] { fork_epoch.fetch_add(1); });
+  (void)registered;
+  struct Pool {
+    unsigned char bytes[256 * 16];
+    size_t used = sizeof bytes;
+    uint64_t epoch = 0;
+  };
+  thread_local Pool pool;
+  uint64_t epoch = fork_epoch.load(std::memory_order_relaxed);
+  if (pool.used == sizeof pool.bytes || pool.epoch != epoch) {
+    size_t got = 0;
+    while (got < sizeof pool.bytes) {
+      ssize_t n = ::getrandom(pool.bytes + got, sizeof pool.bytes - got, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += size_t(n);
+    }
+    if (got < sizeof pool.bytes) {  // (no getrandom: libuuid finds its own randomness)
+      uuid_t u;
+      uuid_generate(u);
+      char s[37];
+      uuid_unparse_lower(u, s);
+      return s;
+    }
+    pool.used = 0;
+    pool.epoch = epoch;
+  }
+  unsigned char *u = pool.bytes + pool.used;
+  pool.used += 16;
+  u[6] = (u[6] & 0x0f) | 0x40;  // version 4
+  u[8] = (u[8] & 0x3f) | 0x80;  // RFC 4122 variant
   char s[37];
   uuid_unparse_lower(u, s);
   return s;

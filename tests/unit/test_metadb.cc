@@ -2,7 +2,10 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
 #include <fstream>
+#include <set>
 
 #include <catch2/catch.hpp>
 
@@ -72,6 +75,49 @@ TEST_CASE("handle rows round-trip, get uuids, and follow renames and removals") 
   db->remove_handle(6);
   CHECK_FALSE(db->handle(6));
   CHECK(db->handle_count() == 1);
+}
+
+TEST_CASE("handle uuids are random version-4 uuids, never repeated, also across a fork") {
+  TmpDir t;
+  auto db = MetaDb::create(t.path + "/m.db");
+  std::set<std::string> seen;
+  auto next = [&](uint64_t nodeid) {
+    HandleRow r = row(nodeid);
+    db->put_handle(r);
+    return r.uuid;
+  };
+  for (uint64_t n = 10; n < 10 + 1000; n++) {  // several of the per-thread buffers
+    std::string u = next(n);
+    REQUIRE(u.size() == 36);
+    CHECK(u[14] == '4');                                   // version 4
+    CHECK(std::string("89ab").find(u[19]) != std::string::npos);  // RFC 4122 variant
+    CHECK(seen.insert(u).second);
+  }
+  // A child must not hand out the bytes its parent hands out next.
+  int pipefd[2];
+  REQUIRE(::pipe(pipefd) == 0);
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    HandleRow r = row(5000);
+    try {
+      db->put_handle(r);
+    } catch (...) {
+    }
+    ssize_t w = ::write(pipefd[1], r.uuid.data(), r.uuid.size());
+    ::_exit(w == 36 ? 0 : 1);
+  }
+  ::close(pipefd[1]);
+  char buf[36] = {};
+  ssize_t got = ::read(pipefd[0], buf, sizeof buf);
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(got == 36);
+  std::string child(buf, 36);
+  std::string parent = next(5001);
+  CHECK(child != parent);
+  CHECK(!seen.count(child));
 }
 
 TEST_CASE("a row for a reused inode number replaces the stale one") {

@@ -392,9 +392,10 @@ void op_readlink(fuse_req_t req, fuse_ino_t nodeid) {
 int own_new_entry(fuse_req_t req, int dirfd, const char *name, mode_t mode) {
   const fuse_ctx *ctx = fuse_req_ctx(req);
   struct stat pst, st;
+  if (ctx->uid == 0 && ctx->gid == 0) return 0;  // the daemon's own: nothing to change
   if (int err = stat_fd(dirfd, &pst)) return err;
   gid_t gid = (pst.st_mode & S_ISGID) ? gid_t(-1) : ctx->gid;
-  if (ctx->uid == 0 && (gid == gid_t(-1) || gid == 0)) return 0;
+  if (ctx->uid == 0 && gid == gid_t(-1)) return 0;
   if (::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
   if (::fchownat(dirfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0) return errno;
   if (!S_ISLNK(mode) && (st.st_mode & (S_ISUID | S_ISGID | S_ISVTX)) &&

@@ -102,7 +102,7 @@ using InodePtr = std::shared_ptr<Inode>;
 // kernel sees for it.
 inline InodePtr make_inode(int fd, uint64_t nodeid, const struct stat &st) {
   auto i = std::make_shared<Inode>();
-  BackingId id = backing_id(fd);
+  BackingId id = backing_id(fd, st);
   i->ino = st.st_ino;
   i->nodeid = nodeid;
   i->type = uint16_t(st.st_mode & S_IFMT);
