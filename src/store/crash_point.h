@@ -76,6 +76,10 @@ inline constexpr Point kPoints[] = {
      "record not deleted",
      "a record without a log and stale handle-row names: recovery forgets the record, "
      "reconciles the handle table"},
+    {"undo.mid_tree",
+     "undo_exec.cc, created: after each object below a directory the transaction made is "
+     "removed (what it made there has no steps of its own)",
+     "a rollback cut off inside a made directory: the next run removes the rest of it"},
     {"log.mid_remove",
      "undo_exec.cc, remove_log: after each record of a log is removed (abort, cleanup, recovery)",
      "a log removal cut short: an aborted transaction's remaining steps change nothing, a "

@@ -227,12 +227,58 @@ int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj) {
   });
 }
 
+// A creation inside a directory this transaction made: made in place, with no undo
+// step. Undoing the directory's own creation removes it with everything below it
+// (undo_exec.cc, created): every step that put something else there -- a rename, a link,
+// a removal it stashed -- came later and is undone first, so all that is left below it
+// then is what the transaction made there. No one else can reach the directory, so
+// plain readers need no committed state of the name either. An object whose creation
+// reached the tree's journal reached it after its directory's Created record and the
+// directory's rename into place (XFS keeps metadata changes in order), so a crash
+// leaves nothing that recovery would not remove. Owner and mode as on a plain creation
+// (own_new_entry): XFS applies the directory's default ACL and set-group-ID bit itself.
+static int make_in_made_dir(TxnEnv &env, Txn &t, const Inode &parent, const InodeFd &dirfd,
+                     const char *name, mode_t mode, const std::function<int(int, const char *)> &make,
+                     uid_t uid, gid_t gid, UniqueFd *made) REQUIRES(t.mu) {
+  if (int err = make(dirfd.get(), name)) return err;
+  auto discard = [&] { ::unlinkat(dirfd.get(), name, S_ISDIR(mode) ? AT_REMOVEDIR : 0); };
+  struct stat pst, born;
+  UniqueFd ofd(::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  if (!ofd || ::fstatat(dirfd.get(), "", &pst, AT_EMPTY_PATH) != 0 ||
+      ::fstatat(ofd.get(), "", &born, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+    int err = ofd ? errno : ofd.err();
+    discard();
+    return err;
+  }
+  gid_t owner_gid = (pst.st_mode & S_ISGID) ? gid_t(-1) : gid;
+  if (!(uid == 0 && (owner_gid == gid_t(-1) || owner_gid == 0))) {
+    // chown clears the set-ID bits: set the mode XFS gave it again
+    if (::fchownat(dirfd.get(), name, uid, owner_gid, AT_SYMLINK_NOFOLLOW) != 0 ||
+        (!S_ISLNK(born.st_mode) && (born.st_mode & (S_ISUID | S_ISGID | S_ISVTX)) &&
+         ::fchmodat(dirfd.get(), name, born.st_mode & 07777, 0) != 0)) {
+      int err = errno;
+      discard();
+      return err;
+    }
+  }
+  t.objects[env.nodeid_of(born.st_ino)].created = true;
+  t.entries.insert({parent.nodeid, name});
+  if (made) *made = std::move(ofd);
+  return 0;
+}
+
 int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
              const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid,
              std::optional<bool> parent_default_acl, UniqueFd *made) {
   InodeFd dirfd = env.pin(parent);
   if (!dirfd) return dirfd.err();
   MutexLock g(t.mu);
+  auto pit = t.objects.find(parent.nodeid);
+  if (pit != t.objects.end() && pit->second.created)
+    return recording(env, t, "creation", [&]() -> int {
+      t.mu.assert_held();
+      return make_in_made_dir(env, t, parent, dirfd, name, mode, make, uid, gid, made);
+    });
   return recording(env, t, "creation", [&]() -> int {
     t.mu.assert_held();  // recording() runs it under t.mu
     save_attrs_locked(env, t, parent, dirfd);
