@@ -959,7 +959,10 @@ void mixed(Recording &t, const std::string &r) {
   t.write(r + "/nd/n2/g", 0, pattern(3000, 12));
   t.link(r + "/nd/n2/g", r + "/nd/n2/g2");
   t.remove(r + "/nd/n2/g");
+  t.make(r + "/nd/n2/g", 'd', 0755);  // a name undo must find free again: recorded
   t.make(r + "/nd/n2/l", 'l');
+  t.rename(r + "/nd/n2/l", r + "/nd/n2/l2");
+  t.make(r + "/nd/n2/l", 'f');  // the same
   t.rename(r + "/fifo", r + "/nd/n2/fifo");
   t.write(r + "/big", 12345, pattern(5000, 8));
   t.rename(r + "/nd/file", r + "/small");  // over an existing, hard-linked file

@@ -227,8 +227,8 @@ int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj) {
   });
 }
 
-// A creation inside a directory this transaction made: made in place, with no undo
-// step. Undoing the directory's own creation removes it with everything below it
+// A creation inside a directory this transaction made, at a name it has not changed
+// before: made in place, with no undo step. Undoing the directory's own creation removes it with everything below it
 // (undo_exec.cc, created): every step that put something else there -- a rename, a link,
 // a removal it stashed -- came later and is undone first, so all that is left below it
 // then is what the transaction made there. No one else can reach the directory, so
@@ -273,8 +273,13 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
   InodeFd dirfd = env.pin(parent);
   if (!dirfd) return dirfd.err();
   MutexLock g(t.mu);
+  // ... unless the transaction changed this name before (removed or renamed what it
+  // named, linked or made something there): undoing that puts something back at the
+  // name, which must find it free -- so a new object there needs a step that is undone
+  // first. (Found by test_fsck.py: a rename's undo met a file made in place under the
+  // name it had vacated, EEXIST.)
   auto pit = t.objects.find(parent.nodeid);
-  if (pit != t.objects.end() && pit->second.created)
+  if (pit != t.objects.end() && pit->second.created && !t.entries.count({parent.nodeid, name}))
     return recording(env, t, "creation", [&]() -> int {
       t.mu.assert_held();
       return make_in_made_dir(env, t, parent, dirfd, name, mode, make, uid, gid, made);
