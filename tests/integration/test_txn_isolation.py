@@ -707,6 +707,12 @@ except OSError as e:
 """
 
 
+def plain_stat(p) -> str:
+    """stat(2) of `p` by a process no transaction binds: "SIZE MODE" or "error ERRNO"."""
+    return subprocess.run([sys.executable, "-c", PLAIN_STAT, str(p)], capture_output=True,
+                          text=True, timeout=60).stdout.strip()
+
+
 def test_attributes_of_a_made_object_stay_with_its_transaction(mnt):
     """The kernel may cache the attributes of an object a transaction made for the mount's
     usual lifetime (only the transaction can reach it). Inside the transaction stat
@@ -716,10 +722,6 @@ def test_attributes_of_a_made_object_stay_with_its_transaction(mnt):
     committed attributes."""
     d = mnt.path / "made"
     d.mkdir()
-
-    def plain_stat(p):
-        return subprocess.run([sys.executable, "-c", PLAIN_STAT, str(p)], capture_output=True,
-                              text=True, timeout=60).stdout.strip()
 
     for end in ("abort", "commit"):
         f = d / f"f-{end}"
@@ -761,10 +763,6 @@ def test_names_inside_a_made_directory_are_cached_with_it_and_dropped_with_it(mn
     process sees them all."""
     base = mnt.path / "tree"
     base.mkdir()
-
-    def plain_stat(p):
-        return subprocess.run([sys.executable, "-c", PLAIN_STAT, str(p)], capture_output=True,
-                              text=True, timeout=60).stdout.strip()
 
     for end in ("abort", "commit"):
         top = base / f"top-{end}"

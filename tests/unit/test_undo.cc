@@ -1093,6 +1093,16 @@ TEST_CASE("a transaction cut off between a record and its change undoes cleanly"
   }
 }
 
+// Undoes `txid` (again, after an interruption) and checks that `rel` is back as `before`
+// and the log is gone.
+void undone_completely(Env &e, uint64_t txid, const std::string &rel, const Snapshot &before) {
+  UndoResult r = e.undo(txid);
+  for (auto &p : r.problems) UNSCOPED_INFO(p);
+  CHECK(r.problems.empty());
+  CHECK(diff(before, snapshot(e.p(rel))) == "");
+  CHECK(!e.has_log(txid));
+}
+
 TEST_CASE("a transaction cut off at any crash point inside the recorder undoes cleanly") {
   NEED_XFS(e);
   // The recorder's own points, armed to throw instead of exiting: a new object born in
@@ -1117,11 +1127,7 @@ TEST_CASE("a transaction cut off at any crash point inside the recorder undoes c
         }
         crash::disarm();
       }
-      UndoResult r = e.undo(txid);
-      for (auto &p : r.problems) UNSCOPED_INFO(p);
-      CHECK(r.problems.empty());
-      CHECK(diff(before, snapshot(e.p(rel))) == "");
-      CHECK(!e.has_log(txid));
+      undone_completely(e, txid, rel, before);
       if (finished) break;  // every arrival at this point has been cut once
     }
   }
@@ -1148,11 +1154,7 @@ TEST_CASE("a rollback cut off inside a directory the transaction made finishes o
       cut = true;
     }
     crash::disarm();
-    UndoResult r = e.undo(txid);
-    for (auto &p : r.problems) UNSCOPED_INFO(p);
-    CHECK(r.problems.empty());
-    CHECK(diff(before, snapshot(e.p(rel))) == "");
-    CHECK(!e.has_log(txid));
+    undone_completely(e, txid, rel, before);
     if (!cut) break;  // every arrival has been cut once
     cuts++;
   }
