@@ -228,18 +228,20 @@ int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj) {
 }
 
 // A creation inside a directory this transaction made, at a name it has not changed
-// before: made in place, with no undo step. Undoing the directory's own creation removes it with everything below it
-// (undo_exec.cc, created): every step that put something else there -- a rename, a link,
-// a removal it stashed -- came later and is undone first, so all that is left below it
-// then is what the transaction made there. No one else can reach the directory, so
-// plain readers need no committed state of the name either. An object whose creation
-// reached the tree's journal reached it after its directory's Created record and the
-// directory's rename into place (XFS keeps metadata changes in order), so a crash
-// leaves nothing that recovery would not remove. Owner and mode as on a plain creation
-// (own_new_entry): XFS applies the directory's default ACL and set-group-ID bit itself.
+// before: made in place, with no undo step. Undoing the directory's own creation
+// removes it with everything below it (undo_exec.cc, created): every step that put
+// something else there -- a rename, a link, a removal it stashed -- came later and is
+// undone first, so all that is left below it then is what the transaction made there.
+// No one else can reach the directory, so plain readers need no committed state of the
+// name either. An object whose creation reached the tree's journal reached it after its
+// directory's Created record and the directory's rename into place (XFS keeps metadata
+// changes in order), so a crash leaves nothing that recovery would not remove. Owner
+// and mode as on a plain creation (own_new_entry): XFS applies the directory's default
+// ACL and set-group-ID bit itself.
 static int make_in_made_dir(TxnEnv &env, Txn &t, const Inode &parent, const InodeFd &dirfd,
-                     const char *name, mode_t mode, const std::function<int(int, const char *)> &make,
-                     uid_t uid, gid_t gid, UniqueFd *made) REQUIRES(t.mu) {
+                            const char *name, mode_t mode,
+                            const std::function<int(int, const char *)> &make, uid_t uid,
+                            gid_t gid, UniqueFd *made) REQUIRES(t.mu) {
   if (int err = make(dirfd.get(), name)) return err;
   auto discard = [&] { ::unlinkat(dirfd.get(), name, S_ISDIR(mode) ? AT_REMOVEDIR : 0); };
   struct stat pst, born;
@@ -273,11 +275,12 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
   InodeFd dirfd = env.pin(parent);
   if (!dirfd) return dirfd.err();
   MutexLock g(t.mu);
-  // ... unless the transaction changed this name before (removed or renamed what it
-  // named, linked or made something there): undoing that puts something back at the
-  // name, which must find it free -- so a new object there needs a step that is undone
-  // first. (Found by test_fsck.py: a rename's undo met a file made in place under the
-  // name it had vacated, EEXIST.)
+  // In a directory it made, in place (make_in_made_dir) -- unless the transaction
+  // changed this name before (removed or renamed what it named, linked or made
+  // something there): undoing that puts something back at the name, which must find it
+  // free, so a new object there needs a step that is undone first. (Found by
+  // test_fsck.py: a rename's undo met a file made in place under the name it had
+  // vacated, EEXIST.)
   auto pit = t.objects.find(parent.nodeid);
   if (pit != t.objects.end() && pit->second.created && !t.entries.count({parent.nodeid, name}))
     return recording(env, t, "creation", [&]() -> int {
