@@ -80,6 +80,7 @@ def populate(root):
         "dir2/t_unlink": b"unlink me\n", "dir2/over_dst": b"overwritten\n" * 10,
         "dir3/a": b"a\n", "dir3/b": _rand(9, 7777), "dir3/nested/c": b"c\n",
         "xattrs/f": b"xattr holder\n", "xdir/inner/z": b"z\n",
+        "data/mv_in": b"moved into a new tree\n",
     }
     for p, data in files.items():
         _write(r / p, data)
@@ -226,6 +227,24 @@ def op_mkdir(r):
     os.mkdir(r / "newdir", 0o750)
     os.mkdir(r / "newdir/nested")
     _write(r / "newdir/nested/file", b"in a new directory\n")
+
+
+def op_tree_in_new_dir(r):
+    # A tree made inside a directory the transaction made (in place: no undo step per
+    # object, docs/crash-model.md), with a hard link, a rename and a removal inside it,
+    # new objects under the names those freed, and a committed file moved in.
+    t = r / "newtree"
+    os.mkdir(t, 0o755)
+    os.makedirs(t / "a/b")
+    _write(t / "a/f", b"first f\n")
+    _write(t / "a/b/x", b"x\n" * 50)
+    os.link(t / "a/f", t / "a/f_link")
+    os.rename(t / "a/f", t / "a/g")
+    _write(t / "a/f", b"second f\n")
+    os.unlink(t / "a/b/x")
+    os.mkdir(t / "a/b/x")
+    os.symlink("../f", t / "a/b/x/up")
+    os.rename(r / "data/mv_in", t / "a/b/moved_in")
 
 
 def op_symlink(r):
