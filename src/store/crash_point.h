@@ -77,7 +77,7 @@ inline constexpr Point kPoints[] = {
      "a record without a log and stale handle-row names: recovery forgets the record, "
      "reconciles the handle table"},
     {"undo.mid_tree",
-     "undo_exec.cc, created: after each object below a directory the transaction made is "
+     "undo_exec.cc, created: before each object below a directory the transaction made is "
      "removed (what it made there has no steps of its own)",
      "a rollback cut off inside a made directory: the next run removes the rest of it"},
     {"log.mid_remove",

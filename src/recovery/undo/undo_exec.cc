@@ -253,52 +253,38 @@ class Executor {
     return true;
   }
 
-  // The object was born as <seq>.d in the log and then renamed into place.
   // Removes the object the transaction created as `name` in `dirfd`, and for a
   // directory everything below it: what the transaction made there was made in place,
   // without steps of its own (recorder.cc, make_in_made_dir), and by now every later
   // step that put something else below it is undone. Reports every object it deletes
   // below `name` (the step reports `name`'s own). An interruption leaves the directory
   // with less in it; the next run goes on.
-  void remove_made(int dirfd, const std::string &name, const struct stat &st,
-                   const std::string &shown_name, bool top = true) {
-    if (S_ISDIR(st.st_mode)) {
-      UniqueFd sub(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!sub) fail("open " + shown_name, sub.err());
-      for (auto &e : undo_io::list_dir(sub.get())) {
-        struct stat cst;
-        if (::fstatat(sub.get(), e.name.c_str(), &cst, AT_SYMLINK_NOFOLLOW) != 0) {
-          if (errno == ENOENT) continue;
-          fail("stat " + shown_name + "/" + shown(e.name), errno);
-        }
-        if (cst.st_dev != st.st_dev)
-          throw Error("refusing to remove " + shown_name + "/" + shown(e.name) +
-                      ": another file system is mounted there");
-        remove_made(sub.get(), e.name, cst, shown_name + "/" + shown(e.name), false);
+  void remove_made(int dirfd, const std::string &name) {
+    try {
+      undo_io::remove_tree(dirfd, name, [this](int d, const std::string &n, const struct stat &st) {
         TXNFS_CRASH_POINT("undo.mid_tree");
-      }
+        if (S_ISDIR(st.st_mode) || st.st_nlink <= 1)
+          if (UniqueFd f{::openat(d, n.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)})
+            r_.removed.push_back(backing_id(f.get()));
+      });
+    } catch (const Fatal &) {
+      throw;
+    } catch (const Error &e) {
+      if (undo_io::fatal_errno(errno_in(e))) throw Fatal(e.what());
+      throw;
     }
-    std::optional<BackingId> gone;
-    if (!top && (S_ISDIR(st.st_mode) || st.st_nlink <= 1))
-      if (UniqueFd f{::openat(dirfd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC)})
-        gone = backing_id(f.get());
-    if (::unlinkat(dirfd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0)
-      fail("remove " + shown_name, errno);
-    if (gone) r_.removed.push_back(*gone);
   }
 
+  // The object was born as <seq>.d in the log and then renamed into place.
   bool created(const UndoStep &s) {
     std::string dn = data_name(s.seq);
     bool changed = false;
-    struct stat st;
-    if (in_log(dn, &st)) {
+    if (in_log(dn)) {
       if (!names(log_, dn, s.obj)) throw Error(dn + " is not the object the step created");
-      remove_made(log_, dn, st, dn);
+      remove_made(log_, dn);
       changed = true;
     } else if (UniqueFd dir = open_dir(s.dir, "directory"); dir && names(dir.get(), s.name, s.obj)) {
-      if (::fstatat(dir.get(), s.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
-        fail("stat " + shown(s.name), errno);
-      remove_made(dir.get(), s.name, st, shown(s.name));
+      remove_made(dir.get(), s.name);
       touch(s.dir);
       changed = true;
     }

@@ -132,7 +132,7 @@ std::vector<DirEntry> list_dir(int dirfd) {
 
 namespace {
 
-void remove_below(int dirfd, dev_t dev, const std::string &path) {
+void remove_below(int dirfd, dev_t dev, const std::string &path, const BelowHook &before) {
   std::vector<std::string> names;
   for (auto &e : list_dir(dirfd)) names.push_back(std::move(e.name));
   for (const auto &n : names) {
@@ -147,8 +147,9 @@ void remove_below(int dirfd, dev_t dev, const std::string &path) {
                     ": another file system is mounted there");
       UniqueFd sub(::openat(dirfd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!sub) throw_errno("open " + path + "/" + n, sub.err());
-      remove_below(sub.get(), dev, path + "/" + n);
+      remove_below(sub.get(), dev, path + "/" + n, before);
     }
+    if (before) before(dirfd, n, st);
     if (::unlinkat(dirfd, n.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0 &&
         errno != ENOENT)
       throw_errno("remove " + path + "/" + n, errno);
@@ -157,7 +158,7 @@ void remove_below(int dirfd, dev_t dev, const std::string &path) {
 
 }  // namespace
 
-void remove_tree(int dirfd, const std::string &name) {
+void remove_tree(int dirfd, const std::string &name, const BelowHook &before) {
   struct stat st, parent;
   if (::fstat(dirfd, &parent) != 0) throw_errno("stat", errno);
   if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -172,7 +173,7 @@ void remove_tree(int dirfd, const std::string &name) {
       if (sub.err() == ENOENT) return;
       throw_errno("open " + name, sub.err());
     }
-    remove_below(sub.get(), parent.st_dev, name);
+    remove_below(sub.get(), parent.st_dev, name, before);
   }
   if (::unlinkat(dirfd, name.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0) != 0 &&
       errno != ENOENT)

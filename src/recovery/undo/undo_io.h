@@ -2,10 +2,12 @@
 // range clones with a copy fallback, xattr sets, and removal confined to a directory.
 // Internal to src/recovery.
 #pragma once
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cerrno>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -48,8 +50,10 @@ std::vector<DirEntry> list_dir(int dirfd);
 
 // Removes `name` in `dirfd` and, for a directory, everything below it. Never follows
 // symlinks and never leaves the file system of `dirfd`. A missing name is fine.
-// Throws Error.
-void remove_tree(int dirfd, const std::string &name);
+// `before`, if given, is called for every object below `name` just before it is
+// removed (its directory's fd, its name there, its stat). Throws Error.
+using BelowHook = std::function<void(int dirfd, const std::string &name, const struct stat &st)>;
+void remove_tree(int dirfd, const std::string &name, const BelowHook &before = {});
 
 // True when `e` means the backing file system cannot be trusted to go on (I/O error,
 // out of space, read-only, corruption): such errors abort an undo instead of being

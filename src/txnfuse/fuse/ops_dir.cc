@@ -121,6 +121,7 @@ void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
     d->entry = nullptr;
     d->offset = offset;
   }
+  const bool shared = op.shared_name(nodeid);  // (the same for every entry)
   while (true) {
     if (!d->entry) {
       errno = 0;
@@ -151,7 +152,7 @@ void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
         err = lerr;
         break;
       }
-      finish_entry(op, e, op.shared_name(nodeid) && fs.view.before(nodeid, name));
+      finish_entry(op, e, shared && fs.view.before(nodeid, name));
       n = fuse_add_direntry_plus(req, p, rem, name, &e, next);
       if (n > rem) {
         fs.inodes.forget(e.ino, 1);
