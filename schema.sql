@@ -82,7 +82,9 @@ CREATE TABLE IF NOT EXISTS txns (
 -- STORE/.txnfs/backups/<txid>/ (see src/recovery/undo/undo_step.h); the daemon copies each
 -- step here in batches shortly after writing it (at most ~100 ms behind), and deletes
 -- the rows together with the transaction's record. Recovery never reads this table.
---   kind        attrs | data | created | linked | removed | renamed | xattrs
+--   kind        attrs | data | made | created | linked | removed | renamed | xattrs
+--               (made: a new object, recorded before it exists, so ino/generation are
+--               its directory's; created: the same, as daemons before made wrote it)
 --   ino, generation   the backing object the step concerns (its handle-table row has
 --               the same ino, unless the object is not in the tree, e.g. created by
 --               the transaction and stashed again)

@@ -33,10 +33,6 @@ inline constexpr Point kPoints[] = {
      "undo_log.cc, backup_range / snapshot_xattrs: the data object `<seq>.d` is written, its "
      "record not yet",
      "a data object without a record: undo ignores it, removal of the log takes it"},
-    {"txn.after_born",
-     "recorder.cc, txn_make: the new object exists as `<seq>.d` in the log, its Created record "
-     "not yet",
-     "a new object without a record: removal of the log takes it, the tree never saw it"},
     {"undo.after_record",
      "undo_log.cc, every record (symlink) written, before the change it protects",
      "a step whose change never happened: its undo must change nothing"},

@@ -51,7 +51,7 @@ def test_views_show_open_transaction_and_its_undo_steps(mnt, store):
         assert txns[0]["bound_to"] == "thread" and txns[0]["pid"] == threading.get_native_id()
 
         # The mirror writes in batches; wait for every kind this transaction recorded.
-        want = {"attrs", "data", "created", "renamed", "removed"}
+        want = {"attrs", "data", "made", "renamed", "removed"}
         assert tl.wait_until(lambda: want <= {r["kind"] for r in undo_rows(store, tid)}), \
             undo_rows(store, tid)
         rows = undo_rows(store, tid)

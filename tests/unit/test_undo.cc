@@ -484,6 +484,7 @@ bool same_step(const UndoStep &a, const UndoStep &b) {
       return same_id(a.dir, b.dir) && a.name == b.name && same_id(a.dir2, b.dir2) &&
              a.name2 == b.name2 && a.flags == b.flags && a.displaced == b.displaced;
     case StepKind::Xattrs: return true;
+    case StepKind::Made: return a.name == b.name && a.flags == b.flags;
   }
   return false;
 }
@@ -533,6 +534,13 @@ std::vector<UndoStep> sample_steps(const std::string &n1, const std::string &n2)
   s.kind = StepKind::Xattrs;
   s.seq = 77;
   s.obj = fake_id(5, 5);
+  v.push_back(s);
+  s = {};
+  s.kind = StepKind::Made;
+  s.seq = 78;
+  s.obj = fake_id(128, 1);
+  s.name = n2;
+  s.flags = 1;
   v.push_back(s);
   return v;
 }
@@ -604,7 +612,10 @@ void save_log(Env &e, uint64_t txid, const std::string &side) {
 
 // Makes backups/<txid> from `side`, with the records whose seq is at most `max_seq`
 // (and their data objects): a log whose removal stopped part-way.
-void restore_log(Env &e, const std::string &side, uint64_t txid, uint64_t max_seq) {
+// Only the records an undo leaves behind: it retires each namespace step (Created, Made,
+// Linked, Removed, Renamed) right after undoing it (undo_exec.cc, Executor::run).
+uint64_t restore_log(Env &e, const std::string &side, uint64_t txid, uint64_t max_seq) {
+  uint64_t restored = 0;
   std::string dir = e.backups + "/" + std::to_string(txid);
   if (::mkdir(dir.c_str(), 0700) != 0) die("mkdir " + dir);
   UniqueFd from = open_fd(side, O_RDONLY | O_DIRECTORY);
@@ -617,8 +628,12 @@ void restore_log(Env &e, const std::string &side, uint64_t txid, uint64_t max_se
     if (n.size() != 16 || std::stoull(n, nullptr, 16) > max_seq) continue;
     char rec[1024];
     ssize_t k = ::readlinkat(from.get(), n.c_str(), rec, sizeof rec);
-    if (k < 0 || ::symlinkat(std::string(rec, size_t(k)).c_str(), to.get(), n.c_str()) != 0)
+    if (k < 0) die("read record");
+    StepKind kind = decode_step(std::string_view(rec, size_t(k))).kind;
+    if (kind != StepKind::Attrs && kind != StepKind::Data && kind != StepKind::Xattrs) continue;
+    if (::symlinkat(std::string(rec, size_t(k)).c_str(), to.get(), n.c_str()) != 0)
       die("copy record");
+    restored++;
     std::string dn = n + ".d";
     struct stat st;
     if (::fstatat(from.get(), dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
@@ -635,6 +650,7 @@ void restore_log(Env &e, const std::string &side, uint64_t txid, uint64_t max_se
       if (v < 0 || ::fsetxattr(dst.get(), xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
     }
   }
+  return restored;
 }
 
 }  // namespace
@@ -1105,10 +1121,10 @@ void undone_completely(Env &e, uint64_t txid, const std::string &rel, const Snap
 
 TEST_CASE("a transaction cut off at any crash point inside the recorder undoes cleanly") {
   NEED_XFS(e);
-  // The recorder's own points, armed to throw instead of exiting: a new object born in
-  // the log but not recorded, a data object without its record, a record without its
+  // The recorder's own points, armed to throw instead of exiting: a data object without
+  // its record, a record without its change (a Made step without its object among them), a record without its
   // change (also of the namespace changes the recorder makes itself), a stash done.
-  for (const char *point : {"txn.after_born", "undo.after_backup", "undo.after_record",
+  for (const char *point : {"undo.after_backup", "undo.after_record",
                             "undo.after_stash", "undo.after_log_dir"}) {
     for (long j = 1; j < 400; ++j) {
       INFO("crash at arrival " << j << " at " << point);
@@ -1255,27 +1271,65 @@ TEST_CASE("an undo never acts on an object that merely reuses a name") {
   build_tree(e, "x");
   {
     Recording t(e, 6);
-    t.make("x/new", 'f');
     t.link("x/small", "x/alias");
+    t.rename("x/big", "x/moved");
   }
   // Outside the transaction (say, after the records, before the crash it never saw):
   // the names now belong to other objects.
-  REQUIRE(::unlink(e.p("x/new").c_str()) == 0);
-  put_file(e.p("x/new"), "someone else's");
   REQUIRE(::unlink(e.p("x/alias").c_str()) == 0);
   put_file(e.p("x/alias"), "another");
+  REQUIRE(::unlink(e.p("x/moved").c_str()) == 0);
+  put_file(e.p("x/moved"), "a third");
   UndoResult r = e.undo(6);
   CHECK(r.problems.empty());
   Snapshot after = snapshot(e.p("x"));
-  CHECK(after.at("new").content == "someone else's");
   CHECK(after.at("alias").content == "another");
-  CHECK(r.removed.size() == 1);  // the created object is gone either way
+  CHECK(after.at("moved").content == "a third");
+  CHECK(!after.count("big"));
+}
+
+// Made is written before its object exists and knows it by its place (undo_exec.cc,
+// made): whatever is at the name when the step is undone is what it made, which the
+// daemon's entry locks guarantee. It does check the kind of object.
+TEST_CASE("Made: removes what is at its name, nothing when the object was never made") {
+  NEED_XFS(e);
+  build_tree(e, "m");
+  Snapshot before = snapshot(e.p("m"));
+  {
+    Recording t(e, 61);
+    t.make("m/f", 'f');
+    t.make("m/dir", 'd');
+    t.make("m/other", 'f');
+    UndoStep s;  // a record whose creation never happened (a crash in between)
+    s.kind = StepKind::Made;
+    s.obj = backing_id(open_fd(e.p("m"), O_PATH).get());
+    s.name = "never";
+    t.log()->append(s);
+  }
+  // The made directory got things below it without steps (as inside a made directory),
+  // and `other` became a directory: its step made a file.
+  put_file(e.p("m/dir/below"), "x");
+  REQUIRE(::unlink(e.p("m/other").c_str()) == 0);
+  REQUIRE(::mkdir(e.p("m/other").c_str(), 0755) == 0);
+  UndoResult r = e.undo(61);
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].find("is not the kind of object the step made") != std::string::npos);
+  Snapshot after = snapshot(e.p("m"));
+  CHECK(S_ISDIR(after.at("other").mode));  // reported, left alone
+  after.erase("other");
+  before.erase(".");  // (its times: the directory `other` is still in it)
+  after.erase(".");
+  CHECK(diff(before, after) == "");
+  CHECK(r.removed.size() == 3);  // f, dir and dir/below
 }
 
 TEST_CASE("a log removal cut short leaves only steps whose undo changes nothing") {
   NEED_XFS(e);
-  // Records go highest seq first: any crash during the removal leaves the steps up to
-  // some seq m, with their data objects. Undoing those again must change nothing.
+  // Records go highest seq first: any crash during the removal that follows an abort's
+  // undo leaves the steps up to some seq m that the undo did not retire (attributes,
+  // data, xattrs), with their data objects. Undoing those again must change nothing.
+  // (Namespace steps are retired as they are undone, and must be: a Made step knows its
+  // object by its place, which holds the restored original by then.)
   build_tree(e, "x");
   Snapshot before = snapshot(e.p("x"));
   uint64_t n;
@@ -1289,9 +1343,9 @@ TEST_CASE("a log removal cut short leaves only steps whose undo changes nothing"
   REQUIRE(diff(before, snapshot(e.p("x"))) == "");
   for (uint64_t m = 1; m <= n; ++m) {
     INFO("records 1.." << m << " of " << n << " left");
-    restore_log(e, e.mnt + "/side", 100 + m, m);
+    uint64_t left = restore_log(e, e.mnt + "/side", 100 + m, m);
     UndoResult r = e.undo(100 + m);
-    CHECK(r.steps == m);
+    CHECK(r.steps == left);
     for (auto &p : r.problems) UNSCOPED_INFO(p);
     CHECK(r.problems.empty());
     CHECK(diff(before, snapshot(e.p("x"))) == "");

@@ -1,6 +1,7 @@
 // Undo of one step, per kind. Every step first checks that the objects it would act on
-// are the ones its record names (by handle: ino + generation), so a step whose change
-// never happened, or that an earlier, interrupted run already undid, does nothing.
+// are the ones its record names (by handle: ino + generation; Made, written before its
+// object existed, by place -- see made()), so a step whose change never happened, or
+// that an earlier, interrupted run already undid, does nothing.
 // Attrs, Data and Xattrs set absolute states and may simply run again.
 //
 // Why descending order converges after any interruption: Attrs, Data and Xattrs steps
@@ -133,6 +134,7 @@ class Executor {
       case StepKind::Removed: return removed(s);
       case StepKind::Renamed: return renamed(s);
       case StepKind::Xattrs: return xattrs(s);
+      case StepKind::Made: return made(s);
     }
     throw Error("unknown step kind");
   }
@@ -254,8 +256,8 @@ class Executor {
   }
 
   // Removes the object the transaction created as `name` in `dirfd`, and for a
-  // directory everything below it: what the transaction made there was made in place,
-  // without steps of its own (recorder.cc, make_in_made_dir), and by now every later
+  // directory everything below it: what the transaction made there was made without
+  // steps of its own (recorder.cc, txn_make), and by now every later
   // step that put something else below it is undone. Reports every object it deletes
   // below `name` (the step reports `name`'s own). An interruption leaves the directory
   // with less in it; the next run goes on.
@@ -273,6 +275,33 @@ class Executor {
       if (undo_io::fatal_errno(errno_in(e))) throw Fatal(e.what());
       throw;
     }
+  }
+
+  // Removes what is at `name` in the directory s.obj: the object the transaction made
+  // there, or nothing when the record was written but the object never made. The step
+  // has no handle of the object (it was written before the object existed), and it
+  // needs none: the name was free when the step was written, the transaction held its
+  // entry lock from then on (plain requests take it too), and every later change at the
+  // name has a later step, undone by now -- so whatever is there is what the step made.
+  // (The type is checked all the same: a mismatch is reported, nothing is removed.)
+  bool made(const UndoStep &s) {
+    UniqueFd dir = open_dir(s.obj, "directory");
+    if (!dir) return false;
+    UniqueFd f(::openat(dir.get(), s.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!f) {
+      if (f.err() == ENOENT) return false;
+      fail("open " + shown(s.name), f.err());
+    }
+    struct stat st;
+    fstat_or_fail(f.get(), st);
+    if (S_ISDIR(st.st_mode) != (s.flags == 1))
+      throw Error(shown(s.name) + " is not the kind of object the step made");
+    BackingId id = backing_id(f.get(), st);
+    f.reset();
+    remove_made(dir.get(), s.name);
+    touch(s.obj);
+    if (S_ISDIR(st.st_mode) || st.st_nlink <= 1) r_.removed.push_back(std::move(id));
+    return true;
   }
 
   // The object was born as <seq>.d in the log and then renamed into place.

@@ -84,7 +84,7 @@ uint64_t UndoLog::write_record(uint64_t seq, UndoStep &s) {
 }
 
 uint64_t UndoLog::append(UndoStep s) {
-  bool ok = s.kind == StepKind::Attrs || s.kind == StepKind::Linked ||
+  bool ok = s.kind == StepKind::Attrs || s.kind == StepKind::Linked || s.kind == StepKind::Made ||
             (s.kind == StepKind::Renamed && !s.displaced);
   if (!ok) misuse("append", s);
   return write_record(c_->next_seq++, s);
@@ -167,16 +167,6 @@ int UndoLog::stash(int dirfd, const char *name, UndoStep s, uint64_t *seq_out) {
   if (observer_) observer_(txid_, s);
   if (seq_out) *seq_out = seq;
   return 0;
-}
-
-uint64_t UndoLog::reserve_seq() { return c_->next_seq++; }
-
-uint64_t UndoLog::append_reserved(uint64_t seq, UndoStep s) {
-  if (s.kind != StepKind::Created) misuse("append_reserved", s);
-  struct stat st;
-  if (::fstatat(dir_fd_.get(), data_name(seq).c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
-    throw_errno(fmt::format("append_reserved: the new object {}/{}", txid_, data_name(seq)), errno);
-  return write_record(seq, s);
 }
 
 uint64_t UndoLog::snapshot_xattrs(int fd, UndoStep s) {

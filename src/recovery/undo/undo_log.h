@@ -27,7 +27,7 @@ class UndoLog {
   static std::unique_ptr<UndoLog> create(int backups_fd, uint64_t txid, bool reflink);
   ~UndoLog();  // closes the log directory
 
-  // Records `s` (its seq is assigned here and returned). For Attrs, Linked, and
+  // Records `s` (its seq is assigned here and returned). For Attrs, Linked, Made and
   // Renamed without a displaced target (also RENAME_EXCHANGE). Other kinds have their
   // own calls below; passing them here throws Error.
   uint64_t append(UndoStep s);
@@ -44,11 +44,6 @@ class UndoLog {
   // (dirfd, name) to "<seq>.d" inside the log directory. Returns 0 or an errno (the
   // record is then deleted again); *seq_out (if given) receives the step's seq.
   int stash(int dirfd, const char *name, UndoStep s, uint64_t *seq_out = nullptr);
-
-  // Created: records the step, whose object must already exist as "<seq>.d" in the
-  // log directory; call reserve_seq() first to learn the name to create it under.
-  uint64_t reserve_seq();
-  uint64_t append_reserved(uint64_t seq, UndoStep s);
 
   // Xattrs: snapshots every xattr of `fd` (an O_PATH or regular fd of s.obj) onto a
   // new empty data object (a directory for a directory), then records the step.

@@ -4,6 +4,7 @@
 //     A (Attrs)    obj mode uid gid size atime mtime
 //     D (Data)     obj off len
 //     C (Created)  obj dir name flags
+//     M (Made)     obj name flags            obj: the directory the name is made in
 //     L (Linked)   obj dir name
 //     R (Removed)  obj dir name flags
 //     N (Renamed)  obj dir name dir2 name2 flags displaced
@@ -51,6 +52,7 @@ bool valid_kind(char c) {
     case StepKind::Removed:
     case StepKind::Renamed:
     case StepKind::Xattrs:
+    case StepKind::Made:
       return true;
   }
   return false;
@@ -261,6 +263,10 @@ std::string encode_step(const UndoStep &s) {
       w.id(s.dir, "dir");
       w.name(s.name);
       break;
+    case StepKind::Made:
+      w.name(s.name);
+      w.num(s.flags);
+      break;
     case StepKind::Renamed:
       w.id(s.dir, "dir");
       w.name(s.name);
@@ -309,6 +315,11 @@ UndoStep decode_step(std::string_view text) {
       s.dir = r.id();
       s.name = r.name();
       break;
+    case StepKind::Made:
+      s.name = r.name();
+      s.flags = r.u32();
+      if (s.flags > 1) r.bad("bad directory flag");
+      break;
     case StepKind::Renamed: {
       s.dir = r.id();
       s.name = r.name();
@@ -338,6 +349,7 @@ const char *step_kind_name(StepKind k) {
     case StepKind::Removed: return "Removed";
     case StepKind::Renamed: return "Renamed";
     case StepKind::Xattrs: return "Xattrs";
+    case StepKind::Made: return "Made";
   }
   return "unknown";
 }

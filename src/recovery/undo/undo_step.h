@@ -9,8 +9,10 @@
 // before the in-place change without any fsync (see docs/crash-model.md).
 //
 // Every step names the objects it concerns by backing file handle (ino, generation),
-// never only by name, so undoing a step twice, or undoing it when the change it
-// protects never happened, does nothing (undo is idempotent and restartable).
+// so undoing a step twice, or undoing it when the change it protects never happened,
+// does nothing (undo is idempotent and restartable). The one exception is Made: it is
+// written before its object exists, so it names the object by its place alone; why that
+// is enough is in undo_exec.cc (made) and docs/crash-model.md.
 #pragma once
 #include <sys/types.h>
 
@@ -27,6 +29,7 @@ enum class StepKind : char {
   Attrs = 'A',    // obj's attributes before the transaction first changed it
   Data = 'D',     // [off, off+len) of obj before an in-place change; clone in <seq>.d
   Created = 'C',  // obj made by the transaction, placed at (dir, name); born as <seq>.d
+                  // (written by daemons before Made existed; still undone)
   Linked = 'L',   // a new name (dir, name) for the existing obj
   Removed = 'R',  // (dir, name) of obj was removed; obj stashed as <seq>.d
   Renamed = 'N',  // obj moved (dir, name) -> (dir2, name2) with `flags`; a displaced
@@ -34,6 +37,9 @@ enum class StepKind : char {
   Xattrs = 'X',   // all xattrs of obj before the transaction changed one; snapshot
                   // as the xattrs of <seq>.d (an empty regular file, or an empty
                   // directory when obj is one: default ACLs exist only on directories)
+  Made = 'M',     // the transaction is about to make an object (a directory if flags is
+                  // 1) at `name` in the directory obj, where there is none: written
+                  // before the object exists, so undo knows it by its place
 };
 
 struct UndoStep {
@@ -48,7 +54,8 @@ struct UndoStep {
   timespec atime{}, mtime{};
   // Data
   uint64_t off = 0, len = 0;
-  // Renamed: renameat2 flags; Removed/Created: 1 when obj is a directory
+  // Renamed: renameat2 flags; Removed/Created: 1 when obj is a directory; Made: 1 when
+  // the object made is one
   uint32_t flags = 0;
   bool displaced = false;  // Renamed over an existing target
 };

@@ -406,12 +406,10 @@ int own_new_entry(fuse_req_t req, int dirfd, const char *name, mode_t mode) {
 
 // The mode a new object is made with. The kernel sends it without the caller's umask
 // (POSIX_ACL + DONT_MASK): as on XFS (posix_acl_create), the umask applies only when the
-// parent has no default ACL; with one, the backing file system (plain requests, the
-// daemon's umask is 0) or txn_make masks the mode by the ACL. Called with the parent's
-// entry lock held, so the parent's default ACL cannot change in between (*default_acl
-// says whether it has one; txn_make needs to know too).
-mode_t creation_mode(fuse_req_t req, Inode &dir, int dirfd, mode_t mode, bool *default_acl) {
-  *default_acl = false;
+// parent has no default ACL; with one, the backing file system masks the mode by the ACL
+// (the daemon's umask is 0; transactions make objects in place too). Called with the
+// parent's entry lock held, so the parent's default ACL cannot change in between.
+mode_t creation_mode(fuse_req_t req, Inode &dir, int dirfd, mode_t mode) {
   if (S_ISLNK(mode)) return mode;
   // Read once per directory, not per creation: through /proc/self/fd it is one of the
   // dearest steps of a create (the fd is O_PATH).
@@ -426,8 +424,6 @@ mode_t creation_mode(fuse_req_t req, Inode &dir, int dirfd, mode_t mode, bool *d
       dir.default_acl.compare_exchange_strong(expected, known, std::memory_order_acq_rel);
     }
   }
-  // Anything but "none" (an error included) lets txn_make read it again and decide.
-  *default_acl = known != Inode::kNoAcl;
   if (known == Inode::kAcl) return mode;
   return mode & ~(fuse_req_ctx(req)->umask & 0777);
 }
@@ -443,13 +439,12 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
   if (err) return err;
   InodeFd dir = fs.pin(*parent);
   if (!dir) return dir.err();
-  bool default_acl;
-  mode = creation_mode(req, *parent, dir.get(), mode, &default_acl);
+  mode = creation_mode(req, *parent, dir.get(), mode);
   auto make = [&](int dirfd, const char *n) { return make_as(dirfd, n, mode & 07777); };
   UniqueFd made;  // a transaction's new object, as txn_make opened it
   if (Txn *t = op.txn()) {
     const fuse_ctx *ctx = fuse_req_ctx(req);
-    err = txn_make(fs, *t, *parent, name, mode, make, ctx->uid, ctx->gid, default_acl, &made);
+    err = txn_make(fs, *t, *parent, name, mode, make, ctx->uid, ctx->gid, &made);
     if (err) return err;
   } else {
     if ((err = make(dir.get(), name))) return err;

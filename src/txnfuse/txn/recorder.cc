@@ -97,7 +97,8 @@ void save_attrs_locked(TxnEnv &env, Txn &t, const Inode &obj, const InodeFd &fd)
 
 // Records the committed state of (dir, name) for plain readers (see txn/committed_view.h),
 // before the transaction's first change to that entry.
-void note_before(TxnEnv &env, Txn &t, const Inode &dir, const InodeFd &dirfd, const char *name) {
+// Returns whether the entry exists.
+bool note_before(TxnEnv &env, Txn &t, const Inode &dir, const InodeFd &dirfd, const char *name) {
   EntryBefore b;
   if (UniqueFd fd{::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC)}) {
     BackingId id = backing_id(fd.get());
@@ -108,57 +109,9 @@ void note_before(TxnEnv &env, Txn &t, const Inode &dir, const InodeFd &dirfd, co
     b.fh = id.fh;
     b.type = st.st_mode & S_IFMT;
   }
+  bool existed = b.existed;
   env.view.record(t.id(), dir.nodeid, name, std::move(b));
-}
-
-// POSIX ACL inheritance, which the kernel does when an object is made in a directory
-// with a default ACL (fs/posix_acl.c, posix_acl_create): an object born in the log
-// directory misses it, so it gets it here. The parent's default ACL, masked by the
-// permissions asked for, becomes the object's access ACL (a directory also inherits the
-// default ACL itself), and the permissions are masked by the ACL (*perms). Returns 0 or
-// an errno; *inherited tells whether the parent had a default ACL. The xattr format: a
-// le32 version (2), then {le16 tag, le16 perm, le32 id}.
-int inherit_default_acl(int parent_fd, int dirfd, const std::string &name, bool is_dir,
-                        mode_t *perms, bool *inherited) {
-  *inherited = false;
-  char buf[4 + 8 * 64];
-  ssize_t n = ::getxattr(proc_path(parent_fd).c_str(), "system.posix_acl_default", buf, sizeof buf);
-  if (n < 0) return errno == ENODATA || errno == EOPNOTSUPP ? 0 : errno;
-  *inherited = true;
-  if (n < 4 || (n - 4) % 8 != 0) return EIO;
-  std::string def(buf, size_t(n)), acc = def;
-  enum : uint16_t { USER_OBJ = 1, USER = 2, GROUP_OBJ = 4, GROUP = 8, MASK = 0x10, OTHER = 0x20 };
-  mode_t mode = *perms;
-  bool extended = false;
-  uint16_t *group_obj = nullptr, *mask = nullptr;
-  for (size_t k = 4; k + 8 <= acc.size(); k += 8) {
-    auto *e = reinterpret_cast<uint16_t *>(acc.data() + k);  // [0] tag, [1] perm
-    switch (e[0]) {
-      case USER_OBJ:
-        e[1] &= (mode >> 6) & 7;
-        mode &= (e[1] << 6) | ~mode_t(S_IRWXU);
-        break;
-      case OTHER:
-        e[1] &= mode & 7;
-        mode &= e[1] | ~mode_t(S_IRWXO);
-        break;
-      case GROUP_OBJ: group_obj = e; break;
-      case MASK: mask = e; extended = true; break;
-      case USER: case GROUP: extended = true; break;
-      default: return EIO;
-    }
-  }
-  if (uint16_t *g = mask ? mask : group_obj) {
-    g[1] &= (mode >> 3) & 7;
-    mode &= (g[1] << 3) | ~mode_t(S_IRWXG);
-  }
-  std::string path = proc_path(dirfd) + "/" + name;
-  if (is_dir && ::setxattr(path.c_str(), "system.posix_acl_default", def.data(), def.size(), 0) != 0)
-    return errno;
-  if (extended && ::setxattr(path.c_str(), "system.posix_acl_access", acc.data(), acc.size(), 0) != 0)
-    return errno;
-  *perms = mode;
-  return 0;
+  return existed;
 }
 
 }  // namespace
@@ -227,37 +180,37 @@ int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj) {
   });
 }
 
-// A creation inside a directory this transaction made, at a name it has not changed
-// before: made in place, with no undo step. Undoing the directory's own creation
-// removes it with everything below it (undo_exec.cc, created): every step that put
-// something else there -- a rename, a link, a removal it stashed -- came later and is
-// undone first, so all that is left below it then is what the transaction made there.
-// No one else can reach the directory, so plain readers need no committed state of the
-// name either. An object whose creation reached the tree's journal reached it after its
-// directory's Created record and the directory's rename into place (XFS keeps metadata
-// changes in order), so a crash leaves nothing that recovery would not remove. Owner
-// and mode as on a plain creation (own_new_entry): XFS applies the directory's default
-// ACL and set-group-ID bit itself.
-static int make_in_made_dir(TxnEnv &env, Txn &t, const Inode &parent, const InodeFd &dirfd,
-                            const char *name, mode_t mode,
-                            const std::function<int(int, const char *)> &make, uid_t uid,
-                            gid_t gid, UniqueFd *made) REQUIRES(t.mu) {
+// Makes `name` in `parent` in place, as a plain creation does (own_new_entry): XFS
+// applies the directory's default ACL and set-group-ID bit itself; then the caller's
+// ownership. Caller holds t.mu and has recorded what undoes it, if anything.
+static int make_in_place(TxnEnv &env, Txn &t, const Inode &parent, const InodeFd &dirfd,
+                         const char *name, mode_t mode,
+                         const std::function<int(int, const char *)> &make, uid_t uid,
+                         gid_t gid, UniqueFd *made) REQUIRES(t.mu) {
   if (int err = make(dirfd.get(), name)) return err;
   auto discard = [&] { ::unlinkat(dirfd.get(), name, S_ISDIR(mode) ? AT_REMOVEDIR : 0); };
-  struct stat pst, born;
   UniqueFd ofd(::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
-  if (!ofd || ::fstatat(dirfd.get(), "", &pst, AT_EMPTY_PATH) != 0 ||
-      ::fstatat(ofd.get(), "", &born, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+  struct stat born;
+  if (!ofd || ::fstatat(ofd.get(), "", &born, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
     int err = ofd ? errno : ofd.err();
     discard();
     return err;
   }
-  gid_t owner_gid = (pst.st_mode & S_ISGID) ? gid_t(-1) : gid;
-  if (!(uid == 0 && (owner_gid == gid_t(-1) || owner_gid == 0))) {
+  // The daemon made it as root, group 0: a creation by root with group 0 keeps that
+  // (a set-group-ID parent's group included); any other caller gets it chowned.
+  if (!(uid == 0 && gid == 0)) {
+    struct stat pst;
+    if (::fstatat(dirfd.get(), "", &pst, AT_EMPTY_PATH) != 0) {
+      int err = errno;
+      discard();
+      return err;
+    }
+    gid_t owner_gid = (pst.st_mode & S_ISGID) ? gid_t(-1) : gid;
     // chown clears the set-ID bits: set the mode XFS gave it again
-    if (::fchownat(dirfd.get(), name, uid, owner_gid, AT_SYMLINK_NOFOLLOW) != 0 ||
-        (!S_ISLNK(born.st_mode) && (born.st_mode & (S_ISUID | S_ISGID | S_ISVTX)) &&
-         ::fchmodat(dirfd.get(), name, born.st_mode & 07777, 0) != 0)) {
+    if (!(uid == 0 && owner_gid == gid_t(-1)) &&
+        (::fchownat(dirfd.get(), name, uid, owner_gid, AT_SYMLINK_NOFOLLOW) != 0 ||
+         (!S_ISLNK(born.st_mode) && (born.st_mode & (S_ISUID | S_ISGID | S_ISVTX)) &&
+          ::fchmodat(dirfd.get(), name, born.st_mode & 07777, 0) != 0))) {
       int err = errno;
       discard();
       return err;
@@ -269,86 +222,45 @@ static int make_in_made_dir(TxnEnv &env, Txn &t, const Inode &parent, const Inod
   return 0;
 }
 
+// A new object gets one undo step, Made, written before the object exists (so it names
+// the place, not the object): undo removes what is at the name (undo_exec.cc, made).
+// The name was free when the step was written, the entry lock is held from then until
+// the transaction ends, and the step reaches XFS's journal before the creation does, so
+// whatever a crash keeps of the creation, the step is there to remove it.
+//
+// Inside a directory the transaction made, not even that: undoing that directory's own
+// step removes it with everything below it (undo_exec.cc, remove_made), and every step
+// that put something else there -- a rename, a link, a removal it stashed -- came later
+// and is undone first, so all that is left below it then is what the transaction made
+// there. No one else can reach the directory, so plain readers need no committed state
+// of the name either. The exception is a name the transaction changed before (removed
+// or renamed what it named, linked or made something there): undoing that puts
+// something back at the name, which must find it free, so a new object there gets its
+// step, undone first. (Found by test_fsck.py: a rename's undo met a file made in place
+// under the name it had vacated, EEXIST.)
 int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
              const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid,
-             std::optional<bool> parent_default_acl, UniqueFd *made) {
+             UniqueFd *made) {
   InodeFd dirfd = env.pin(parent);
   if (!dirfd) return dirfd.err();
   MutexLock g(t.mu);
-  // In a directory it made, in place (make_in_made_dir) -- unless the transaction
-  // changed this name before (removed or renamed what it named, linked or made
-  // something there): undoing that puts something back at the name, which must find it
-  // free, so a new object there needs a step that is undone first. (Found by
-  // test_fsck.py: a rename's undo met a file made in place under the name it had
-  // vacated, EEXIST.)
   auto pit = t.objects.find(parent.nodeid);
-  if (pit != t.objects.end() && pit->second.created && !t.entries.count({parent.nodeid, name}))
-    return recording(env, t, "creation", [&]() -> int {
-      t.mu.assert_held();
-      return make_in_made_dir(env, t, parent, dirfd, name, mode, make, uid, gid, made);
-    });
+  bool in_made_dir =
+      pit != t.objects.end() && pit->second.created && !t.entries.count({parent.nodeid, name});
   return recording(env, t, "creation", [&]() -> int {
     t.mu.assert_held();  // recording() runs it under t.mu
-    save_attrs_locked(env, t, parent, dirfd);
-    note_before(env, t, parent, dirfd, name);
-    UndoLog &log = log_of(env, t);
-    uint64_t seq = log.reserve_seq();
-    std::string tmp = step_name(seq) + ".d";
-    if (int err = make(log.dir_fd(), tmp.c_str())) return err;
-    auto discard = [&] { ::unlinkat(log.dir_fd(), tmp.c_str(), S_ISDIR(mode) ? AT_REMOVEDIR : 0); };
-    // Born in the log directory, it gets what the parent would have given it: the
-    // caller's ownership, or the group (and for directories the set-group-ID bit) of
-    // a set-group-ID parent.
-    struct stat pst;
-    if (::fstatat(dirfd.get(), "", &pst, AT_EMPTY_PATH) != 0) {
-      int err = errno;
-      discard();
-      return err;
+    if (!in_made_dir) {
+      save_attrs_locked(env, t, parent, dirfd);
+      if (note_before(env, t, parent, dirfd, name)) return EEXIST;
+      UndoStep s;
+      s.kind = StepKind::Made;
+      s.obj = id_of(parent);
+      s.name = name;
+      s.flags = S_ISDIR(mode) ? 1 : 0;
+      log_of(env, t).append(s);
+      // (If the creation fails now, the name stays free and the step finds nothing.)
     }
-    bool sgid_parent = pst.st_mode & S_ISGID;
-    mode_t perms = (mode & 07777) | (sgid_parent && S_ISDIR(mode) ? S_ISGID : 0);
-    gid_t owner_gid = sgid_parent ? pst.st_gid : gid;
-    UniqueFd ofd(::openat(log.dir_fd(), tmp.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
-    struct stat born;
-    if (!ofd || ::fstatat(ofd.get(), "", &born, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
-      int err = ofd ? errno : ofd.err();
-      discard();
-      return err;
-    }
-    // Ownership and permissions are set only where the daemon's creation (as itself,
-    // umask 0) left them different: each is a metadata transaction of XFS. chown clears
-    // set-ID bits, and an inherited access ACL rewrites the mode, so after either the
-    // mode is always set again.
-    bool chowned = born.st_uid != uid || born.st_gid != owner_gid;
-    bool inherited = false;
-    bool may_inherit = !S_ISLNK(mode) && parent_default_acl.value_or(true);
-    if ((chowned && ::fchownat(log.dir_fd(), tmp.c_str(), uid, owner_gid, AT_SYMLINK_NOFOLLOW) != 0) ||
-        (!S_ISLNK(mode) &&
-         ((may_inherit &&
-           inherit_default_acl(dirfd.get(), log.dir_fd(), tmp, S_ISDIR(mode), &perms, &inherited) != 0) ||
-          ((chowned || inherited || (born.st_mode & 07777) != perms) &&
-           ::fchmodat(log.dir_fd(), tmp.c_str(), perms, 0) != 0)))) {
-      int err = errno;
-      discard();
-      return err;
-    }
-    TXNFS_CRASH_POINT("txn.after_born");
-    UndoStep s;
-    s.kind = StepKind::Created;
-    s.obj = backing_id(ofd.get());
-    s.dir = id_of(parent);
-    s.name = name;
-    s.flags = S_ISDIR(mode) ? 1 : 0;
-    log.append_reserved(seq, s);
-    if (::renameat2(log.dir_fd(), tmp.c_str(), dirfd.get(), name, RENAME_NOREPLACE) != 0) {
-      int err = errno;
-      discard();
-      return err;
-    }
-    if (made) *made = std::move(ofd);  // (an O_PATH fd follows its object's rename)
-    t.objects[env.nodeid_of(s.obj.ino)].created = true;
-    t.entries.insert({parent.nodeid, name});
-    return 0;
+    return make_in_place(env, t, parent, dirfd, name, mode, make, uid, gid, made);
   });
 }
 

@@ -3,14 +3,13 @@
 // and before the change it protects; it returns 0 or an errno (the request then
 // fails, and the transaction becomes abort-only, since its log may be incomplete).
 //
-// Namespace changes are made *through* the log so that no crash leaves a change
-// without its record: a new object is born inside the log directory and renamed
-// into place; a removed object is renamed into the log directory (see undo_log.h).
+// No crash may leave a namespace change without its record: a new object's record
+// (Made) is written before the object is made; a removed object is renamed into the
+// log directory (see undo_log.h and docs/crash-model.md).
 #pragma once
 #include <sys/types.h>
 
 #include <functional>
-#include <optional>
 
 #include "store/unique_fd.h"
 #include "txnfuse/txn/inode.h"
@@ -29,15 +28,14 @@ int save_truncate(TxnEnv &env, Txn &t, const Inode &obj, uint64_t size);
 // Before setting or removing an xattr of `obj`.
 int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj);
 
-// Makes a new object `name` in `parent`: `make(dirfd, tmpname)` creates it (and may
-// return an open fd through *fd). Replies nothing; returns 0 or an errno.
-// `parent_default_acl`: whether the parent has a default ACL, when the caller has read
-// it already under the lock it holds on the entry (else txn_make reads it). `made`, if
-// given, receives an O_PATH fd of the new object (saves the caller opening it again).
+// Makes a new object `name` in `parent`: `make(dirfd, name)` creates it in place, with
+// the daemon's umask 0 (the kernel then applies the parent's default ACL and set-group-ID
+// bit), and may keep an open fd of it itself; txn_make gives it to `uid`/`gid`. Replies
+// nothing; returns 0 or an errno (EEXIST when `name` exists). `made`, if given, receives
+// an O_PATH fd of the new object (saves the caller opening it again).
 int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
-             const std::function<int(int dirfd, const char *tmp)> &make,
-             uid_t uid, gid_t gid, std::optional<bool> parent_default_acl = std::nullopt,
-             UniqueFd *made = nullptr);
+             const std::function<int(int dirfd, const char *name)> &make,
+             uid_t uid, gid_t gid, UniqueFd *made = nullptr);
 // unlink (is_dir false) or rmdir (true) of `name` in `parent`.
 int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool is_dir);
 int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const Inode &newparent,

@@ -30,6 +30,10 @@ UndoRecordRow row_of(uint64_t txid, const UndoStep &s) {
       r.dir = s.dir.ino;
       r.name = s.name;
       break;
+    case StepKind::Made:  // (obj is the directory: the object does not exist yet)
+      r.dir = s.obj.ino;
+      r.name = s.name;
+      break;
     case StepKind::Renamed:
       r.dir = s.dir.ino;
       r.name = s.name;
