@@ -1028,3 +1028,51 @@ def test_a_chmod_by_a_transaction_leaves_the_committed_acl(mnt):
         assert os.getxattr(f, xfs_acl) == committed
     finally:
         w.shutdown()
+
+
+def test_a_renamed_name_the_kernel_had_cached_is_not_shown_at_its_new_place(mnt):
+    """A rename moves the kernel's dentry to the new name with the lifetime it had: a name
+    a plain process looked up before the transaction (cached for the mount's usual time),
+    or one the transaction made inside a directory it made, would answer at its new place
+    from the cache -- uncommitted, to everyone. Renamed by a transaction (also exchanged,
+    and moved out of a made directory), a plain process meanwhile finds every name where it
+    was committed, and none where the transaction put it; after an abort the same; after
+    a commit the new places."""
+    d = mnt.path / "ren"
+    d.mkdir()
+    for end in ("abort", "commit"):
+        for name in ("a", "x", "y"):
+            (d / name).write_bytes(name.encode() * 3)
+        # Looked up plainly first: cached with the mount's entry lifetime.
+        for name in ("a", "x", "y"):
+            assert plain_stat(d / name) == "3 0o644"
+            os.stat(d / name)
+        tid = tl.txn_begin(mnt.path)
+        try:
+            os.rename(d / "a", d / "b")
+            tl.renameat2(d / "x", d / "y", tl.RENAME_EXCHANGE)
+            (d / "m").mkdir()
+            (d / "m" / "inner").write_bytes(b"ii")
+            os.stat(d / "m" / "inner")  # cached: only the transaction can reach it
+            os.rename(d / "m" / "inner", d / "out")
+            assert plain_stat(d / "b") == f"error {errno.ENOENT}", "renamed-to name shown"
+            assert plain_stat(d / "a") == "3 0o644", "renamed-from name hidden"
+            assert plain_stat(d / "out") == f"error {errno.ENOENT}", "moved-out name shown"
+            assert (d / "x").read_bytes() == b"yyy"  # the transaction sees its exchange
+            assert subprocess.run([sys.executable, "-c", "import sys; print(open(sys.argv[1]).read())",
+                                   str(d / "x")], capture_output=True, text=True,
+                                  timeout=60).stdout.strip() == "xxx", "exchange shown"
+        except BaseException:
+            tl.txn_abort(mnt.path, tid)
+            raise
+        if end == "abort":
+            assert tl.txn_abort(mnt.path, tid) == 0
+            assert sorted(os.listdir(d)) == ["a", "x", "y"]
+            assert plain_stat(d / "b") == f"error {errno.ENOENT}"
+        else:
+            assert tl.txn_commit(mnt.path, tid) == 0
+            assert sorted(os.listdir(d)) == ["b", "m", "out", "x", "y"]
+            assert plain_stat(d / "b") == "3 0o644" and plain_stat(d / "out") == "2 0o644"
+            for name in os.listdir(d):
+                (d / name).rmdir() if (d / name).is_dir() else (d / name).unlink()
+    S.assert_no_backups(mnt.store)

@@ -352,8 +352,9 @@ struct Recording {
   }
   void rename(const std::string &from, const std::string &to, unsigned flags = 0) {
     point();
+    bool exposed;
     ok(txn_rename(env, *t, *inode(parent_of(from)), base_of(from).c_str(),
-                  *inode(parent_of(to)), base_of(to).c_str(), flags),
+                  *inode(parent_of(to)), base_of(to).c_str(), flags, &exposed),
        "txn_rename " + from + " " + to);
   }
   void link(const std::string &from, const std::string &to) {

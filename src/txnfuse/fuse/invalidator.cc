@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <mutex>
+
+#include <spdlog/spdlog.h>
 
 namespace txnfs {
 
@@ -46,6 +50,20 @@ void Invalidator::xattrs_restored(uint64_t nodeid) {
 
 void Invalidator::gone(uint64_t nodeid) {
   if (InodePtr i = inodes_.get(nodeid)) i->gone = true;
+}
+
+bool Invalidator::expire_names() {
+  if (!se_) return true;
+  int err = fuse_lowlevel_notify_increment_epoch(se_);
+  if (err != 0) {
+    static std::once_flag once;
+    std::call_once(once, [err] {
+      spdlog::warn("the kernel cannot expire its cached names (FUSE_NOTIFY_INC_EPOCH: {}): a "
+                   "name a transaction renames is hidden from others only once the rename "
+                   "has returned", std::strerror(-err));
+    });
+  }
+  return err == 0;
 }
 
 void Invalidator::flush() {

@@ -36,6 +36,8 @@ class Invalidator final : public CacheInvalidator {
   void flush() override EXCLUDES(mu_);
   void gone(uint64_t nodeid) override;
   void xattrs_restored(uint64_t nodeid) override;
+  // FUSE_NOTIFY_INC_EPOCH (protocol 7.44): the kernel counts its cached names stale.
+  bool expire_names() override;
 
  private:
   struct Item {

@@ -624,9 +624,10 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
     same = sst.st_ino == dst_st.st_ino;  // hard links of one object: rename does nothing
     err = op.lock_object(fs.nodeid_of(dst_st.st_ino), LockMode::X);
   }
+  bool exposed = false;
   if (!err) {
     if (op.txn())
-      err = txn_rename(fs, *op.txn(), *p, name, *np, newname, flags);
+      err = txn_rename(fs, *op.txn(), *p, name, *np, newname, flags, &exposed);
     else
       err = ::renameat2(dir.get(), name, newdir.get(), newname, flags) == 0 ? 0 : errno;
   }
@@ -652,6 +653,14 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
     if (!err && (flags & RENAME_WHITEOUT)) record_whiteout(fs, p, name);
   } catch (const std::exception &ex) {
     spdlog::error("recording rename {} -> {}: {}", name, newname, ex.what());
+  }
+  // Before the reply, after which the kernel moves its dentries: a name cached with a
+  // lifetime must not answer from the cache at its new place (txn_rename). Where the
+  // kernel cannot expire names, drop them from the invalidator thread instead, as soon
+  // as the rename has released the directories' locks (a short window).
+  if (!err && exposed && !fs.cache->expire_names()) {
+    fs.cache->entry(newparent, newname);
+    if (flags & RENAME_EXCHANGE) fs.cache->entry(parent, name);
   }
   fuse_reply_err(req, err);
 }

@@ -217,7 +217,7 @@ static int make_in_place(TxnEnv &env, Txn &t, const Inode &parent, const InodeFd
     }
   }
   t.objects[env.nodeid_of(born.st_ino)].created = true;
-  t.entries.insert({parent.nodeid, name});
+  t.entries[{parent.nodeid, name}] = true;
   if (made) *made = std::move(ofd);
   return 0;
 }
@@ -276,7 +276,7 @@ int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool 
     if (!is_dir && S_ISDIR(st.st_mode)) return EISDIR;
     if (is_dir && !dir_is_empty(dirfd.get(), name)) return ENOTEMPTY;
     uint64_t nodeid = env.nodeid_of(st.st_ino);
-    t.entries.insert({parent.nodeid, name});
+    t.entries[{parent.nodeid, name}] = false;
     note_before(env, t, parent, dirfd, name);
     // Stashed even when this transaction made the object: undo replays the exact
     // reverse of what happened, and the steps after its creation (an exchange that
@@ -300,7 +300,8 @@ int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool 
 }
 
 int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const Inode &newparent,
-               const char *newname, unsigned flags) {
+               const char *newname, unsigned flags, bool *exposed) {
+  *exposed = false;
   InodeFd dirfd = env.pin(parent);
   if (!dirfd) return dirfd.err();
   InodeFd newdirfd = env.pin(newparent);
@@ -346,9 +347,24 @@ int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const
     s.name2 = newname;
     s.flags = flags;
     s.displaced = displace;
+    // The kernel keeps the lifetime of a dentry it moves. Only names this transaction
+    // made in a directory others reach were given none; a name someone looked up before
+    // (or one inside a directory this transaction made) may be cached, and must not be
+    // found at a place others can reach.
+    auto made_here = [&](const Inode &dir, const char *n) REQUIRES(t.mu) {
+      auto it = t.entries.find({dir.nodeid, n});
+      auto d = t.objects.find(dir.nodeid);
+      return it != t.entries.end() && it->second && !(d != t.objects.end() && d->second.created);
+    };
+    auto reachable = [&](const Inode &dir) REQUIRES(t.mu) {
+      auto d = t.objects.find(dir.nodeid);
+      return !(d != t.objects.end() && d->second.created);
+    };
+    *exposed = (reachable(newparent) && !made_here(parent, name)) ||
+               ((flags & RENAME_EXCHANGE) && reachable(parent) && !made_here(newparent, newname));
     UndoLog &log = log_of(env, t);
-    t.entries.insert({parent.nodeid, name});
-    t.entries.insert({newparent.nodeid, newname});
+    t.entries[{parent.nodeid, name}] = false;
+    t.entries[{newparent.nodeid, newname}] = false;
     if (!displace) {
       log.append(s);
       return ::renameat2(dirfd.get(), name, newdirfd.get(), newname, flags) == 0 ? 0 : errno;
@@ -390,7 +406,7 @@ int txn_link(TxnEnv &env, Txn &t, const Inode &obj, const Inode &newparent, cons
     s.dir = id_of(newparent);
     s.name = newname;
     log_of(env, t).append(s);
-    t.entries.insert({newparent.nodeid, newname});
+    t.entries[{newparent.nodeid, newname}] = false;
     if (::linkat(AT_FDCWD, proc_path(objfd.get()).c_str(), newdirfd.get(), newname, AT_SYMLINK_FOLLOW) != 0)
       return errno;
     return 0;

@@ -38,8 +38,11 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
              uid_t uid, gid_t gid, UniqueFd *made = nullptr);
 // unlink (is_dir false) or rmdir (true) of `name` in `parent`.
 int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool is_dir);
+// *exposed is set when the rename moves a name the kernel may cache with a lifetime to
+// where others can look it up: the caller must have the kernel expire it before replying
+// (the kernel moves the dentry, lifetime and all, once the request succeeds).
 int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const Inode &newparent,
-               const char *newname, unsigned flags);
+               const char *newname, unsigned flags, bool *exposed);
 int txn_link(TxnEnv &env, Txn &t, const Inode &obj, const Inode &newparent, const char *newname);
 
 // Keeps the handle row's name of `nodeid` so that an abort can put it back. Call it

@@ -338,8 +338,12 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
         if (i->paged.load(std::memory_order_relaxed) && !t->objects.count(nodeid))
           env_.cache->inode(nodeid);
     uint64_t last_dir = 0;
-    for (auto &[dir, name] : t->entries) {
-      env_.cache->entry(dir, name);
+    for (auto &[key, made] : t->entries) {
+      auto &[dir, name] = key;
+      // A name that holds what the transaction made there: the kernel's dentry of it is
+      // the one the creation filled in, with no lifetime (or, in a directory the
+      // transaction made, one no one else could reach), so after a commit it is right.
+      if (!(commit && made)) env_.cache->entry(dir, name);
       // (also drops the kernel's cached listing of dir; `entries` is sorted by dir)
       if (dir != last_dir && !t->objects.count(dir)) env_.cache->inode(dir);
       last_dir = dir;

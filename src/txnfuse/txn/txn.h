@@ -87,7 +87,10 @@ struct Txn : LockOwner {
   Mutex mu{LockRank::kTxn};
   std::unique_ptr<UndoLog> log GUARDED_BY(mu);  // created at the first change
   std::unordered_map<uint64_t, TouchedObject> objects GUARDED_BY(mu);  // by nodeid
-  std::set<std::pair<uint64_t, std::string>> entries GUARDED_BY(mu);  // changed (dir nodeid, name)
+  // Every (dir nodeid, name) the transaction changed; true while the name holds an object
+  // the transaction made there and nothing else changed it since (the kernel's dentry
+  // of it then got no lifetime, so a commit need not drop it: see TxnManager::finish).
+  std::map<std::pair<uint64_t, std::string>, bool> entries GUARDED_BY(mu);
   struct Unlinked {
     std::string stash;  // name of the stashed object in the log directory
     uint64_t parent;

@@ -36,6 +36,9 @@ class CacheInvalidator {
   // A rollback may have restored the object's xattrs: what the daemon caches of them
   // (Inode::default_acl) is stale. At once, before the transaction's locks go.
   virtual void xattrs_restored(uint64_t nodeid) = 0;
+  // Every name the kernel caches must be looked up again before it is used. At once,
+  // from a request handler (it takes no kernel lock). False: the kernel cannot.
+  virtual bool expire_names() = 0;
 };
 
 // For a core with no cache in front of it (unit tests, tools).
@@ -46,6 +49,7 @@ class NoCache final : public CacheInvalidator {
   void flush() override {}
   void gone(uint64_t) override {}
   void xattrs_restored(uint64_t) override {}
+  bool expire_names() override { return true; }
 };
 
 struct TxnEnv {
