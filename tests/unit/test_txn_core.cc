@@ -201,7 +201,7 @@ TEST_CASE("the committed listing hides what an open transaction made and shows w
     int fd = ::openat(dirfd, tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
     return fd < 0 ? errno : (::close(fd), 0);
   };
-  REQUIRE(txn_make(c.env, *t, *root, "new", S_IFREG | 0644, mk, ::getuid(), ::getgid()) == 0);
+  REQUIRE(txn_make(c.env, *t, *root, "new", S_IFREG | 0644, mk) == 0);
   REQUIRE(txn_remove(c.env, *t, *root, "old", false) == 0);
   c.txns->leave(*t);
 

@@ -341,7 +341,7 @@ struct Recording {
       return rc == 0 ? 0 : errno;
     };
     ok(txn_make(env, *t, *inode(parent_of(rel)), base_of(rel).c_str(),
-                type | (kind == 'l' ? 0777 : mode), mk, ::getuid(), ::getgid()),
+                type | (kind == 'l' ? 0777 : mode), mk),
        "txn_make " + rel);
   }
   void remove(const std::string &rel) {

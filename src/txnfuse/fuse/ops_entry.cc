@@ -440,18 +440,19 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
   InodeFd dir = fs.pin(*parent);
   if (!dir) return dir.err();
   mode = creation_mode(req, *parent, dir.get(), mode);
-  auto make = [&](int dirfd, const char *n) { return make_as(dirfd, n, mode & 07777); };
+  // Made and given to the caller, the same way for both (a transaction's undo step is
+  // written before txn_make calls this).
+  auto make = [&](int dirfd, const char *n) {
+    if (int e = make_as(dirfd, n, mode & 07777)) return e;
+    int e = own_new_entry(req, dirfd, n, mode);
+    if (e) ::unlinkat(dirfd, n, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
+    return e;
+  };
   UniqueFd made;  // a transaction's new object, as txn_make opened it
   if (Txn *t = op.txn()) {
-    const fuse_ctx *ctx = fuse_req_ctx(req);
-    err = txn_make(fs, *t, *parent, name, mode, make, ctx->uid, ctx->gid, &made);
-    if (err) return err;
-  } else {
-    if ((err = make(dir.get(), name))) return err;
-    if ((err = own_new_entry(req, dir.get(), name, mode))) {
-      ::unlinkat(dir.get(), name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
-      return err;
-    }
+    if ((err = txn_make(fs, *t, *parent, name, mode, make, &made))) return err;
+  } else if ((err = make(dir.get(), name))) {
+    return err;
   }
   try {
     err = made ? lookup_fd(fs, std::move(made), parent->nodeid, name, true, e)

@@ -180,41 +180,20 @@ int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj) {
   });
 }
 
-// Makes `name` in `parent` in place, as a plain creation does (own_new_entry): XFS
-// applies the directory's default ACL and set-group-ID bit itself; then the caller's
-// ownership. Caller holds t.mu and has recorded what undoes it, if anything.
+// Makes `name` in `parent` in place with `make` (which creates and owns it as a plain
+// creation does) and notes it as made. Caller holds t.mu and has recorded what undoes
+// it, if anything.
 static int make_in_place(TxnEnv &env, Txn &t, const Inode &parent, const InodeFd &dirfd,
                          const char *name, mode_t mode,
-                         const std::function<int(int, const char *)> &make, uid_t uid,
-                         gid_t gid, UniqueFd *made) REQUIRES(t.mu) {
+                         const std::function<int(int, const char *)> &make,
+                         UniqueFd *made) REQUIRES(t.mu) {
   if (int err = make(dirfd.get(), name)) return err;
-  auto discard = [&] { ::unlinkat(dirfd.get(), name, S_ISDIR(mode) ? AT_REMOVEDIR : 0); };
   UniqueFd ofd(::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   struct stat born;
   if (!ofd || ::fstatat(ofd.get(), "", &born, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
     int err = ofd ? errno : ofd.err();
-    discard();
+    ::unlinkat(dirfd.get(), name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
     return err;
-  }
-  // The daemon made it as root, group 0: a creation by root with group 0 keeps that
-  // (a set-group-ID parent's group included); any other caller gets it chowned.
-  if (!(uid == 0 && gid == 0)) {
-    struct stat pst;
-    if (::fstatat(dirfd.get(), "", &pst, AT_EMPTY_PATH) != 0) {
-      int err = errno;
-      discard();
-      return err;
-    }
-    gid_t owner_gid = (pst.st_mode & S_ISGID) ? gid_t(-1) : gid;
-    // chown clears the set-ID bits: set the mode XFS gave it again
-    if (!(uid == 0 && owner_gid == gid_t(-1)) &&
-        (::fchownat(dirfd.get(), name, uid, owner_gid, AT_SYMLINK_NOFOLLOW) != 0 ||
-         (!S_ISLNK(born.st_mode) && (born.st_mode & (S_ISUID | S_ISGID | S_ISVTX)) &&
-          ::fchmodat(dirfd.get(), name, born.st_mode & 07777, 0) != 0))) {
-      int err = errno;
-      discard();
-      return err;
-    }
   }
   t.objects[env.nodeid_of(born.st_ino)].created = true;
   t.entries[{parent.nodeid, name}] = true;
@@ -239,8 +218,7 @@ static int make_in_place(TxnEnv &env, Txn &t, const Inode &parent, const InodeFd
 // step, undone first. (Found by test_fsck.py: a rename's undo met a file made in place
 // under the name it had vacated, EEXIST.)
 int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
-             const std::function<int(int, const char *)> &make, uid_t uid, gid_t gid,
-             UniqueFd *made) {
+             const std::function<int(int, const char *)> &make, UniqueFd *made) {
   InodeFd dirfd = env.pin(parent);
   if (!dirfd) return dirfd.err();
   MutexLock g(t.mu);
@@ -260,7 +238,7 @@ int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t 
       log_of(env, t).append(s);
       // (If the creation fails now, the name stays free and the step finds nothing.)
     }
-    return make_in_place(env, t, parent, dirfd, name, mode, make, uid, gid, made);
+    return make_in_place(env, t, parent, dirfd, name, mode, make, made);
   });
 }
 

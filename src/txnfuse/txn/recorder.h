@@ -28,14 +28,14 @@ int save_truncate(TxnEnv &env, Txn &t, const Inode &obj, uint64_t size);
 // Before setting or removing an xattr of `obj`.
 int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj);
 
-// Makes a new object `name` in `parent`: `make(dirfd, name)` creates it in place, with
-// the daemon's umask 0 (the kernel then applies the parent's default ACL and set-group-ID
-// bit), and may keep an open fd of it itself; txn_make gives it to `uid`/`gid`. Replies
-// nothing; returns 0 or an errno (EEXIST when `name` exists). `made`, if given, receives
-// an O_PATH fd of the new object (saves the caller opening it again).
+// Makes a new object `name` in `parent`: `make(dirfd, name)` creates it in place, as a
+// plain creation does (owner included; on failure it leaves nothing), and may keep an
+// open fd of it itself. Replies nothing; returns 0 or an errno (EEXIST when `name`
+// exists). `made`, if given, receives an O_PATH fd of the new object (saves the caller
+// opening it again).
 int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
              const std::function<int(int dirfd, const char *name)> &make,
-             uid_t uid, gid_t gid, UniqueFd *made = nullptr);
+             UniqueFd *made = nullptr);
 // unlink (is_dir false) or rmdir (true) of `name` in `parent`.
 int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool is_dir);
 // *exposed is set when the rename moves a name the kernel may cache with a lifetime to
