@@ -96,22 +96,33 @@ void save_attrs_locked(TxnEnv &env, Txn &t, const Inode &obj, const InodeFd &fd)
 }
 
 // Records the committed state of (dir, name) for plain readers (see txn/committed_view.h),
-// before the transaction's first change to that entry.
-// Returns whether the entry exists.
-bool note_before(TxnEnv &env, Txn &t, const Inode &dir, const InodeFd &dirfd, const char *name) {
+// before the transaction's first change to that entry: `obj` is what the name holds
+// (opened O_PATH, `st` its stat, `id` its handle), or nothing.
+void note_before(TxnEnv &env, Txn &t, const Inode &dir, const char *name, int obj,
+                 const struct stat *st, const BackingId *id) {
   EntryBefore b;
-  if (UniqueFd fd{::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC)}) {
-    BackingId id = backing_id(fd.get());
-    struct stat st;
-    ::fstatat(fd.get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+  if (obj >= 0) {
     b.existed = true;
-    b.ino = id.ino;
-    b.fh = id.fh;
-    b.type = st.st_mode & S_IFMT;
+    b.ino = id->ino;
+    b.fh = id->fh;
+    b.type = st->st_mode & S_IFMT;
   }
-  bool existed = b.existed;
   env.view.record(t.id(), dir.nodeid, name, std::move(b));
-  return existed;
+}
+
+// The same, opening the name itself. Returns whether the entry exists.
+bool note_before(TxnEnv &env, Txn &t, const Inode &dir, const InodeFd &dirfd, const char *name) {
+  UniqueFd fd{::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC)};
+  if (!fd) {
+    note_before(env, t, dir, name, -1, nullptr, nullptr);
+    return false;
+  }
+  struct stat st;
+  if (::fstatat(fd.get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+    throw_errno("stat", errno);
+  BackingId id = backing_id(fd.get(), st);
+  note_before(env, t, dir, name, fd.get(), &st, &id);
+  return true;
 }
 
 }  // namespace
@@ -248,24 +259,25 @@ int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool 
   MutexLock g(t.mu);
   return recording(env, t, "removal", [&]() -> int {
     t.mu.assert_held();  // recording() runs it under t.mu
+    // One walk of the name: its type, its handle, and the committed state of the entry.
+    UniqueFd vfd(::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!vfd) return vfd.err();
     struct stat st;
-    if (::fstatat(dirfd.get(), name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno;
+    if (::fstatat(vfd.get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return errno;
     if (is_dir && !S_ISDIR(st.st_mode)) return ENOTDIR;
     if (!is_dir && S_ISDIR(st.st_mode)) return EISDIR;
     if (is_dir && !dir_is_empty(dirfd.get(), name)) return ENOTEMPTY;
     uint64_t nodeid = env.nodeid_of(st.st_ino);
+    UndoStep s;
+    s.kind = StepKind::Removed;
+    s.obj = backing_id(vfd.get(), st);
     t.entries[{parent.nodeid, name}] = false;
-    note_before(env, t, parent, dirfd, name);
+    note_before(env, t, parent, name, vfd.get(), &st, &s.obj);
+    vfd.reset();  // before the stash moves the object away
     // Stashed even when this transaction made the object: undo replays the exact
     // reverse of what happened, and the steps after its creation (an exchange that
     // moved it to another name, a link) expect it back where they left it.
     save_attrs_locked(env, t, parent, dirfd);
-    UniqueFd vfd(::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
-    if (!vfd) return vfd.err();
-    UndoStep s;
-    s.kind = StepKind::Removed;
-    s.obj = backing_id(vfd.get());
-    vfd.reset();  // before the stash moves the object away
     s.dir = id_of(parent);
     s.name = name;
     s.flags = is_dir ? 1 : 0;
@@ -287,9 +299,13 @@ int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const
   MutexLock g(t.mu);
   return recording(env, t, "rename", [&]() -> int {
     t.mu.assert_held();  // recording() runs it under t.mu
+    // One walk of each name: type, handle and the committed state of the entry.
+    UniqueFd sfd(::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!sfd) return sfd.err();
     struct stat sst, dst;
-    if (::fstatat(dirfd.get(), name, &sst, AT_SYMLINK_NOFOLLOW) != 0) return errno;
-    bool target = ::fstatat(newdirfd.get(), newname, &dst, AT_SYMLINK_NOFOLLOW) == 0;
+    if (::fstatat(sfd.get(), "", &sst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return errno;
+    UniqueFd dfd(::openat(newdirfd.get(), newname, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    bool target = dfd && ::fstatat(dfd.get(), "", &dst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0;
     if (target && sst.st_ino == dst.st_ino) return 0;  // two names of one object
     if ((flags & RENAME_NOREPLACE) && target) return EEXIST;
     if ((flags & RENAME_EXCHANGE) && !target) return ENOENT;
@@ -302,23 +318,20 @@ int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const
     }
     save_attrs_locked(env, t, parent, dirfd);
     save_attrs_locked(env, t, newparent, newdirfd);
-    note_before(env, t, parent, dirfd, name);
-    note_before(env, t, newparent, newdirfd, newname);
     UndoStep s;
     s.kind = StepKind::Renamed;
-    {
-      UniqueFd sfd(::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
-      if (!sfd) return sfd.err();
-      s.obj = backing_id(sfd.get());
-      // A directory that changes parent has its ".." rewritten, which changes its
-      // own times: keep them too (for both sides of an exchange).
-      if (S_ISDIR(sst.st_mode)) save_attrs_locked(env, t, sfd.get(), s.obj);
-    }
-    if ((flags & RENAME_EXCHANGE) && S_ISDIR(dst.st_mode)) {
-      UniqueFd dfd(::openat(newdirfd.get(), newname, O_PATH | O_NOFOLLOW | O_CLOEXEC));
-      if (!dfd) return dfd.err();
-      save_attrs_locked(env, t, dfd.get(), backing_id(dfd.get()));
-    }
+    s.obj = backing_id(sfd.get(), sst);
+    note_before(env, t, parent, name, sfd.get(), &sst, &s.obj);
+    BackingId did;
+    if (target) did = backing_id(dfd.get(), dst);
+    note_before(env, t, newparent, newname, target ? dfd.get() : -1, &dst, &did);
+    // A directory that changes parent has its ".." rewritten, which changes its own
+    // times: keep them too (for both sides of an exchange).
+    if (S_ISDIR(sst.st_mode)) save_attrs_locked(env, t, sfd.get(), s.obj);
+    if ((flags & RENAME_EXCHANGE) && S_ISDIR(dst.st_mode))
+      save_attrs_locked(env, t, dfd.get(), did);
+    sfd.reset();
+    dfd.reset();
     s.dir = id_of(parent);
     s.name = name;
     s.dir2 = id_of(newparent);
