@@ -312,3 +312,43 @@ def test_checks_catch_an_unconditionally_valid_cache(mnt, servers):
         assert nfs_change(writer, rolled_back(1), "n1", "e0", commit=False) == NOENT
         with pytest.raises(AssertionError, match="the committed state is|found n1"):
             check_all(mnt, plain, txn_reader, want, gone=["n1"])
+
+
+def test_a_lookup_fetches_no_attributes_yet_getattr_serves_the_committed_ones(mnt, servers):
+    """LOOKUP asks the file system for no attributes (the Ganesha patch's
+    mdc_lookup_uncached and lookup_with_fd): a directory a local transaction is changing
+    has no attribute lifetime in the kernel, so every fetch of its attributes is a FUSE
+    GETATTR, and a lookup used to fetch them only for MDCACHE to throw them away. Twenty
+    plain COMPOUNDs walking to it now send none (a GETFH of a directory still fetches
+    them: Ganesha checks its mode for a referral). The GETATTR a client then asks for still
+    answers the directory's committed attributes: the new MDCACHE entry starts with its
+    attributes untrusted, not with the few a lookup took for the handle."""
+    from test_fuse_protocol import FuseTrace
+    FUSE_GETATTR = 3
+    setup_objects(mnt, version(0), {"e0"})
+    committed = os.stat(mnt.path / D)
+    g = servers()
+    with nfs.Client(g.port) as plain:
+        tid = tl.txn_begin(mnt.path)
+        try:
+            tl.write_file(mnt.path / D / "uncommitted", b"x" * 100)
+            assert os.stat(mnt.path / D).st_mtime_ns != committed.st_mtime_ns
+            with FuseTrace(mnt.path) as trace:
+                for _ in range(20):
+                    assert plain.compound([op.putrootfh(), op.lookup(D)]).status == OK
+                walks = trace.opcodes()
+            # (The root's attributes may expire in the kernel meanwhile: one fetch, not 20.)
+            assert walks.count(FUSE_GETATTR) <= 2, \
+                f"{walks.count(FUSE_GETATTR)} GETATTRs for 20 LOOKUPs of {D}"
+            r = plain.compound([op.putrootfh(), op.lookup(D),
+                                op.getattr(nfs.FATTR4_TYPE, nfs.FATTR4_SIZE, nfs.FATTR4_MODE)])
+            assert r.status == OK
+            attrs = result(r, nfs.OP_GETATTR)
+            assert (attrs[nfs.FATTR4_TYPE], attrs[nfs.FATTR4_SIZE], attrs[nfs.FATTR4_MODE]) == \
+                (nfs.NF4DIR, committed.st_size, committed.st_mode & 0o7777)
+            r = plain.compound([op.putrootfh(), op.lookup(D), op.lookup("uncommitted")])
+            assert r.status == NOENT
+        finally:
+            assert tl.txn_abort(mnt.path, tid) == 0
+        r = plain.compound([op.putrootfh(), op.lookup(D), op.readdir()])
+        assert r.status == OK and sorted(result(r, nfs.OP_READDIR)) == ["e0"]
