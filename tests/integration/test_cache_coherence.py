@@ -31,11 +31,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nfs4_probe as nfs  # noqa: E402
 import txnfs_lib as tl  # noqa: E402
 from nfs4_probe import op  # noqa: E402
+from test_fuse_protocol import FuseTrace  # noqa: E402
 from test_ganesha_bridge import FAILS, _servers_built, servers  # noqa: E402,F401  (fixtures)
 
 OK, NOENT = nfs.NFS4_OK, nfs.NFS4ERR_NOENT
 F, D = "f", "d"                       # the file and the directory every test changes
 MODE = 0o644                          # the committed mode; rolled-back chmods use 0o600
+FUSE_GETATTR = 3                      # the opcode, as the fuse_request_send tracepoint shows it
 
 
 @dataclass(frozen=True)
@@ -323,8 +325,6 @@ def test_a_lookup_fetches_no_attributes_yet_getattr_serves_the_committed_ones(mn
     them: Ganesha checks its mode for a referral). The GETATTR a client then asks for still
     answers the directory's committed attributes: the new MDCACHE entry starts with its
     attributes untrusted, not with the few a lookup took for the handle."""
-    from test_fuse_protocol import FuseTrace
-    FUSE_GETATTR = 3
     setup_objects(mnt, version(0), {"e0"})
     committed = os.stat(mnt.path / D)
     g = servers()
