@@ -147,9 +147,13 @@ void op_copy_file_range(fuse_req_t req, fuse_ino_t in_node, off_t off_in,
   if (err) return (void)fuse_reply_err(req, err);
   // One call, answered as XFS answered it: copy_file_range(2) may copy less than asked
   // (XFS clones the block-aligned part of a range and returns that), and the caller
-  // goes on from there, as on XFS.
+  // goes on from there, as on XFS. EINTR copied nothing and is not the caller's: a
+  // signal meant for this daemon thread (none of the caller's) interrupted it.
   loff_t in = off_in, out = off_out;
-  ssize_t n = ::copy_file_range(int(fi_in->fh), &in, int(fi_out->fh), &out, len, unsigned(flags));
+  ssize_t n;
+  do {
+    n = ::copy_file_range(int(fi_in->fh), &in, int(fi_out->fh), &out, len, unsigned(flags));
+  } while (n < 0 && errno == EINTR);
   if (n < 0) fuse_reply_err(req, errno);
   else fuse_reply_write(req, size_t(n));
 }
