@@ -34,7 +34,7 @@ inline constexpr Point kPoints[] = {
      "record not yet",
      "a data object without a record: undo ignores it, removal of the log takes it"},
     {"undo.after_record",
-     "undo_log.cc, every record (symlink) written, before the change it protects",
+     "undo_log.cc, every record written, before the change it protects",
      "a step whose change never happened: its undo must change nothing"},
     {"undo.after_stash",
      "undo_log.cc, stash: a removed or displaced object was renamed into the log",
@@ -77,7 +77,8 @@ inline constexpr Point kPoints[] = {
      "removed (what it made there has no steps of its own)",
      "a rollback cut off inside a made directory: the next run removes the rest of it"},
     {"log.mid_remove",
-     "undo_exec.cc, remove_log: after each record of a log is removed (abort, cleanup, recovery)",
+     "undo_exec.cc: after each record of an undone log is removed, before each object of a "
+     "committed log is (abort, cleanup, recovery)",
      "a log removal cut short: an aborted transaction's remaining steps change nothing, a "
      "committed one's log is discarded, never undone"},
     {"cleanup.after_discard",

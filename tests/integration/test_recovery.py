@@ -383,13 +383,26 @@ def test_missing_backup_area_is_repaired(mnt, xfs):
     assert (mnt.path / "keep.txt").exists()
 
 
+RECORD_XATTR = "trusted.txnfs."   # + the seq in 16 hex digits (src/recovery/undo/undo_record.h)
+
+
+def _records(log) -> dict[str, str]:
+    """seq (16 hex digits) -> text of every undo record in the log directory: its xattrs,
+    and the symlinks that logs of earlier daemons (or past 2,000 records) hold."""
+    out = {}
+    for name in os.listxattr(log):
+        if name.startswith(RECORD_XATTR) and len(name) == len(RECORD_XATTR) + 16:
+            out[name[len(RECORD_XATTR):]] = os.getxattr(log, name).decode(errors="surrogateescape")
+    for rec in log.iterdir():
+        if rec.is_symlink() and len(rec.name) == 16:
+            out[rec.name] = os.readlink(rec)
+    return out
+
+
 def _data_objects(store, txid):
     log = store.internal / "backups" / str(txid)
-    out = []
-    for rec in sorted(log.iterdir()):
-        if rec.is_symlink() and os.readlink(rec).split()[1] == "D":
-            out.append(log / (rec.name + ".d"))
-    return out
+    return [log / (seq + ".d") for seq, text in sorted(_records(log).items())
+            if text.split()[1] == "D"]
 
 
 def test_deleted_backup_after_a_crash_is_refused_then_forced(mnt):

@@ -31,6 +31,7 @@
 #include "recovery/undo/undo_exec.h"
 #include "recovery/undo/undo_io.h"
 #include "recovery/undo/undo_log.h"
+#include "recovery/undo/undo_record.h"
 #include "recovery/undo/undo_step.h"
 #include "store/unique_fd.h"
 #include "sync/mutex.h"
@@ -52,6 +53,14 @@ UniqueFd open_fd(const std::string &path, int flags, mode_t mode = 0) {
   UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC, mode));
   if (!fd) die("open " + path);
   return fd;
+}
+
+// The text of record `seq` of the log `log_fd`, whichever form it is in (undo_record.h).
+std::string record_text(int log_fd, uint64_t seq) {
+  std::vector<std::string> problems;
+  for (auto &rec : read_records(log_fd, problems))
+    if (rec.seq == seq) return rec.text;
+  throw std::runtime_error("no record " + step_name(seq));
 }
 
 std::string parent_of(const std::string &rel) {
@@ -581,19 +590,12 @@ void save_log(Env &e, uint64_t txid, const std::string &side) {
   if (::mkdir(side.c_str(), 0700) != 0) die("mkdir " + side);
   UniqueFd log = open_fd(e.backups + "/" + std::to_string(txid), O_RDONLY | O_DIRECTORY);
   UniqueFd out = open_fd(side, O_RDONLY | O_DIRECTORY);
-  DIR *d = ::fdopendir(::dup(log.get()));
-  std::vector<std::string> names;
-  while (dirent *de = ::readdir(d)) names.emplace_back(de->d_name);
-  ::closedir(d);
-  for (const auto &n : names) {
-    if (n.size() != 16) continue;
-    char rec[1024];
-    ssize_t k = ::readlinkat(log.get(), n.c_str(), rec, sizeof rec);
-    if (k < 0) die("readlinkat");
-    if (::symlinkat(std::string(rec, size_t(k)).c_str(), out.get(), n.c_str()) != 0) die("symlinkat");
-    StepKind kind = decode_step(std::string_view(rec, size_t(k))).kind;
+  std::vector<std::string> problems;
+  for (const auto &rec : read_records(log.get(), problems)) {
+    if (put_record_text(out.get(), rec.seq, rec.text, true) != 0) die("copy record");
+    StepKind kind = decode_step(rec.text).kind;
     if (kind != StepKind::Data && kind != StepKind::Xattrs) continue;
-    std::string dn = n + ".d";
+    std::string dn = step_name(rec.seq) + ".d";
     struct stat st;
     if (::fstatat(log.get(), dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) die("stat " + dn);
     if (S_ISDIR(st.st_mode) && ::mkdirat(out.get(), dn.c_str(), 0700) != 0) die("mkdirat");
@@ -609,6 +611,7 @@ void save_log(Env &e, uint64_t txid, const std::string &side) {
       if (v < 0 || ::fsetxattr(dst.get(), xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
     }
   }
+  if (!problems.empty()) throw std::runtime_error("save_log: " + problems[0]);
 }
 
 // Makes backups/<txid> from `side`, with the records whose seq is at most `max_seq`
@@ -621,21 +624,15 @@ uint64_t restore_log(Env &e, const std::string &side, uint64_t txid, uint64_t ma
   if (::mkdir(dir.c_str(), 0700) != 0) die("mkdir " + dir);
   UniqueFd from = open_fd(side, O_RDONLY | O_DIRECTORY);
   UniqueFd to = open_fd(dir, O_RDONLY | O_DIRECTORY);
-  DIR *d = ::fdopendir(::dup(from.get()));
-  std::vector<std::string> names;
-  while (dirent *de = ::readdir(d)) names.emplace_back(de->d_name);
-  ::closedir(d);
-  for (const auto &n : names) {
-    if (n.size() != 16 || std::stoull(n, nullptr, 16) > max_seq) continue;
-    char rec[1024];
-    ssize_t k = ::readlinkat(from.get(), n.c_str(), rec, sizeof rec);
-    if (k < 0) die("read record");
-    StepKind kind = decode_step(std::string_view(rec, size_t(k))).kind;
+  std::vector<std::string> problems;
+  for (const auto &rec : read_records(from.get(), problems)) {
+    if (rec.seq > max_seq) continue;
+    StepKind kind = decode_step(rec.text).kind;
     if (kind != StepKind::Attrs && kind != StepKind::Data && kind != StepKind::Xattrs) continue;
-    if (::symlinkat(std::string(rec, size_t(k)).c_str(), to.get(), n.c_str()) != 0)
-      die("copy record");
+    // Both forms a log may hold (undo_record.h): odd seqs as symlinks, even as xattrs.
+    if (put_record_text(to.get(), rec.seq, rec.text, rec.seq % 2 == 0) != 0) die("copy record");
     restored++;
-    std::string dn = n + ".d";
+    std::string dn = step_name(rec.seq) + ".d";
     struct stat st;
     if (::fstatat(from.get(), dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISDIR(st.st_mode) && ::mkdirat(to.get(), dn.c_str(), 0700) != 0) die("mkdirat");
@@ -651,6 +648,7 @@ uint64_t restore_log(Env &e, const std::string &side, uint64_t txid, uint64_t ma
       if (v < 0 || ::fsetxattr(dst.get(), xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
     }
   }
+  if (!problems.empty()) throw std::runtime_error("restore_log: " + problems[0]);
   return restored;
 }
 
@@ -861,10 +859,7 @@ TEST_CASE("Data: the backup is a sparse clone at the same offsets, sharing exten
   ::fstat(d2.get(), &st);
   CHECK(st.st_size == 10 * 4096 + 100);
 
-  char rec[1024];
-  ssize_t n = ::readlinkat(log->dir_fd(), step_name(seq).c_str(), rec, sizeof rec);
-  REQUIRE(n > 0);
-  UndoStep back = decode_step(std::string_view(rec, size_t(n)));
+  UndoStep back = decode_step(record_text(log->dir_fd(), seq));
   CHECK(back.off == 4096);
   CHECK(back.len == 4096);
   discard_log(UndoContext{e.mount_fd, e.backups_fd, {}}, 9);
@@ -1245,20 +1240,21 @@ TEST_CASE("damaged records and missing data objects are reported, the rest undon
     t.write("x/big", 0, "yyy");
     t.remove("x/d/inner");
     int ld = t.log()->dir_fd();
-    // A damaged record, a record of an unknown future format, and a stray file.
+    // Damaged records and records of an unknown future format, in both forms, and a
+    // stray file.
     ::symlinkat("1 D garbage", ld, "00000000000000f0");
     ::symlinkat("9 whatever", ld, "00000000000000f1");
+    REQUIRE(put_record_text(ld, 0xf3, "1 M garbage", true) == 0);
+    REQUIRE(put_record_text(ld, 0xf4, "9 whatever", true) == 0);
     ::close(::openat(ld, "stray", O_CREAT | O_WRONLY, 0600));
     // A record under the wrong name.
-    char rec[1024];
-    ssize_t n = ::readlinkat(ld, step_name(1).c_str(), rec, sizeof rec);
-    ::symlinkat(std::string(rec, size_t(n)).c_str(), ld, "00000000000000f2");
+    REQUIRE(put_record_text(ld, 0xf2, record_text(ld, 1), true) == 0);
     // The clone of the first write is lost.
     REQUIRE(::unlinkat(ld, (step_name(data_seq) + ".d").c_str(), 0) == 0);
   }
   UndoResult r = e.undo(5);
-  CHECK(r.steps == 10);
-  CHECK(r.problems.size() == 4);
+  CHECK(r.steps == 12);
+  CHECK(r.problems.size() == 6);
   Snapshot after = snapshot(e.p("x"));
   CHECK(after.at("small").mode == before.at("small").mode);
   CHECK(after.at("big").content == before.at("big").content);
@@ -1351,6 +1347,99 @@ TEST_CASE("a log removal cut short leaves only steps whose undo changes nothing"
     CHECK(r.problems.empty());
     CHECK(diff(before, snapshot(e.p("x"))) == "");
   }
+}
+
+// Records are xattrs of the log directory, symlinks past kMaxXattrRecords (listxattr
+// returns at most 64 KiB of names); logs of earlier daemons hold symlinks only
+// (undo_record.h). Every form is read and undone alike.
+namespace {
+
+struct RecordForms {
+  size_t xattrs = 0, symlinks = 0;
+};
+
+RecordForms record_forms(int log_fd) {
+  RecordForms f;
+  std::vector<char> names(65536);
+  ssize_t len = ::flistxattr(log_fd, names.data(), names.size());
+  for (ssize_t i = 0; i < len; i += ssize_t(std::strlen(names.data() + i)) + 1)
+    if (std::string_view(names.data() + i).substr(0, kRecordXattrPrefix.size()) ==
+        kRecordXattrPrefix)
+      f.xattrs++;
+  for (auto &de : undo_io::list_dir(log_fd)) {
+    uint64_t seq;
+    if (record_seq(de.name, seq)) f.symlinks++;
+  }
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("records past the xattr limit are symlinks, and a log of both forms is undone") {
+  NEED_XFS(e);
+  build_tree(e, "x");
+  Snapshot before = snapshot(e.p("x"));
+  const uint64_t files = kMaxXattrRecords + 10;
+  {
+    Recording t(e, 71);
+    for (uint64_t k = 0; k < files; ++k) t.make("x/n" + std::to_string(k), 'f');
+    RecordForms f = record_forms(t.log()->dir_fd());
+    CHECK(f.xattrs == kMaxXattrRecords);
+    CHECK(f.symlinks == files + 1 - kMaxXattrRecords);  // (+1: the directory's Attrs)
+  }
+  UndoResult r = e.undo(71);
+  CHECK(r.problems.empty());
+  CHECK(r.steps == files + 1);
+  CHECK(r.removed.size() == files);
+  CHECK(diff(before, snapshot(e.p("x"))) == "");
+  CHECK(!e.has_log(71));
+}
+
+TEST_CASE("a log of symlink records, as earlier daemons wrote it, is undone the same") {
+  NEED_XFS(e);
+  build_tree(e, "x");
+  Snapshot before = snapshot(e.p("x"));
+  {
+    Recording t(e, 72);
+    mixed(t, "x");
+    int ld = t.log()->dir_fd();
+    REQUIRE(mark_lazy_commit(ld, 41) == 0);
+    CHECK(lazy_commit_seq(e.backups_fd, 72) == 41);
+    // Every record and the marker turned into the old form.
+    std::vector<std::string> problems;
+    auto recs = read_records(ld, problems);
+    REQUIRE(problems.empty());
+    REQUIRE(recs.size() > 10);
+    CHECK(record_forms(ld).symlinks == 0);
+    for (auto &rec : recs) {
+      REQUIRE(::fremovexattr(ld, record_xattr_name(rec.seq).c_str()) == 0);
+      REQUIRE(::symlinkat(rec.text.c_str(), ld, step_name(rec.seq).c_str()) == 0);
+    }
+    REQUIRE(::fremovexattr(ld, "trusted.txnfs.lazy") == 0);
+    CHECK(lazy_commit_seq(e.backups_fd, 72) == std::nullopt);
+    REQUIRE(::symlinkat("41", ld, "lazy") == 0);
+    CHECK(lazy_commit_seq(e.backups_fd, 72) == 41);
+    CHECK(record_forms(ld).xattrs == 0);
+  }
+  UndoResult r = e.undo(72);
+  for (auto &p : r.problems) UNSCOPED_INFO(p);
+  CHECK(r.problems.empty());
+  CHECK(diff(before, snapshot(e.p("x"))) == "");
+  CHECK(!e.has_log(72));
+}
+
+TEST_CASE("a record stored in both forms is reported, not guessed at") {
+  NEED_XFS(e);
+  build_tree(e, "x");
+  {
+    Recording t(e, 73);
+    t.chmod("x/small", 0);
+    int ld = t.log()->dir_fd();
+    REQUIRE(::symlinkat(record_text(ld, 1).c_str(), ld, step_name(1).c_str()) == 0);
+  }
+  UndoResult r = e.undo(73);
+  REQUIRE(r.problems.size() == 1);
+  CHECK(r.problems[0].find("stored both as a symlink and as an xattr") != std::string::npos);
 }
 
 TEST_CASE("removing a log never follows symlinks out of it") {

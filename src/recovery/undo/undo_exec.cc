@@ -35,6 +35,7 @@
 #include "store/crash_point.h"
 #include "store/error.h"
 #include "recovery/undo/undo_io.h"
+#include "recovery/undo/undo_record.h"
 
 namespace txnfs {
 
@@ -64,15 +65,6 @@ std::string shown(std::string_view s) {
 }
 
 std::string data_name(uint64_t seq) { return step_name(seq) + ".d"; }
-
-// A record's name: exactly 16 lower-case hex digits (step_name()).
-bool record_seq(std::string_view n, uint64_t &seq) {
-  if (n.size() != 16) return false;
-  for (char c : n)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  std::from_chars(n.data(), n.data() + n.size(), seq, 16);
-  return true;
-}
 
 bool same(const BackingId &a, const BackingId &b) {
   return a.ino == b.ino && a.generation == b.generation;
@@ -113,9 +105,9 @@ class Executor {
   void run(const UndoStep &s) {
     try {
       if (dispatch(s)) r_.undone++;
-      if (s.kind != StepKind::Attrs && s.kind != StepKind::Data && s.kind != StepKind::Xattrs &&
-          ::unlinkat(log_, step_name(s.seq).c_str(), 0) != 0 && errno != ENOENT)
-        fail("retire record " + step_name(s.seq), errno);
+      if (s.kind != StepKind::Attrs && s.kind != StepKind::Data && s.kind != StepKind::Xattrs)
+        if (int e = remove_record(log_, s.seq); e != 0 && e != ENOENT)
+          fail("retire record " + step_name(s.seq), e);
     } catch (const Fatal &) {
       throw;
     } catch (const Error &e) {
@@ -444,27 +436,15 @@ class Executor {
 // reported, never guessed at.
 std::vector<UndoStep> read_steps(int log_fd, UndoResult &r) {
   std::vector<UndoStep> steps;
-  for (const auto &e : undo_io::list_dir(log_fd)) {
-    uint64_t seq;
-    if (!record_seq(e.name, seq)) continue;  // data objects, strays
+  for (const StoredRecord &rec : read_records(log_fd, r.problems)) {
     r.steps++;
-    char buf[4096];
-    ssize_t n = ::readlinkat(log_fd, e.name.c_str(), buf, sizeof buf);
-    if (n < 0) {
-      r.problems.push_back(fmt::format("record {}: {}", e.name, std::strerror(errno)));
-      continue;
-    }
-    if (size_t(n) > kMaxEncoded) {
-      r.problems.push_back(fmt::format("record {}: longer than any record", e.name));
-      continue;
-    }
     try {
-      UndoStep s = decode_step(std::string_view(buf, size_t(n)));
-      if (s.seq != seq)
+      UndoStep s = decode_step(rec.text);
+      if (s.seq != rec.seq)
         throw Error(fmt::format("damaged undo record: seq {} under its name", s.seq));
       steps.push_back(std::move(s));
     } catch (const Error &err) {
-      r.problems.push_back(fmt::format("record {}: {}", e.name, err.what()));
+      r.problems.push_back(fmt::format("record {}: {}", step_name(rec.seq), err.what()));
     }
   }
   std::sort(steps.begin(), steps.end(),
@@ -472,24 +452,22 @@ std::vector<UndoStep> read_steps(int log_fd, UndoResult &r) {
   return steps;
 }
 
-// Removes a log directory. Records go first, highest seq first, each before its data
-// object: a crash part-way leaves the lowest steps, whose undo on the restored tree
-// changes nothing, and never a record without its data object.
-void remove_log(int backups_fd, const std::string &name) {
+// Removes the log directory of an undone transaction. Records go first, highest seq
+// first, each before its data object: a crash part-way leaves the lowest steps, whose
+// undo on the restored tree changes nothing, and never a record without its data object.
+void remove_undone_log(int backups_fd, const std::string &name) {
   UniqueFd log(::openat(backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!log) {
     if (log.err() == ENOENT) return;
     if (log.err() != ENOTDIR && log.err() != ELOOP) throw_errno("open backups/" + name, log.err());
   } else {
+    std::vector<std::string> unreadable;  // (undo reported them already)
     std::vector<uint64_t> seqs;
-    for (const auto &e : undo_io::list_dir(log.get())) {
-      uint64_t seq;
-      if (record_seq(e.name, seq)) seqs.push_back(seq);
-    }
+    for (const StoredRecord &rec : read_records(log.get(), unreadable)) seqs.push_back(rec.seq);
     std::sort(seqs.rbegin(), seqs.rend());
     for (uint64_t seq : seqs) {
-      if (::unlinkat(log.get(), step_name(seq).c_str(), 0) != 0 && errno != ENOENT)
-        throw_errno("remove record " + step_name(seq), errno);
+      if (int e = remove_record(log.get(), seq); e != 0 && e != ENOENT)
+        throw_errno("remove record " + step_name(seq), e);
       TXNFS_CRASH_POINT("log.mid_remove");
       undo_io::remove_tree(log.get(), data_name(seq));
     }
@@ -516,7 +494,7 @@ UndoResult undo_transaction(const UndoContext &ctx, uint64_t txid) {
   // The restored state must be durable before the log that could restore it goes.
   if (::syncfs(ctx.mount_fd) != 0) throw_errno("syncfs", errno);
   if (!r.problems.empty() && ctx.on_problems) ctx.on_problems(txid, r);
-  remove_log(ctx.backups_fd, name);
+  remove_undone_log(ctx.backups_fd, name);
   return r;
 }
 
@@ -546,8 +524,14 @@ std::vector<std::string> inspect_log(int backups_fd, uint64_t txid, uint64_t *st
   return r.problems;
 }
 
+// A committed transaction's log is garbage in any order: its commit record, which
+// stays until this removal is durable, tells recovery to discard what is left of it. The
+// records kept as xattrs go with the directory.
 void discard_log(const UndoContext &ctx, uint64_t txid) {
-  remove_log(ctx.backups_fd, std::to_string(txid));
+  undo_io::remove_tree(ctx.backups_fd, std::to_string(txid),
+                       [](int, const std::string &, const struct stat &) {
+                         TXNFS_CRASH_POINT("log.mid_remove");
+                       });
 }
 
 std::vector<uint64_t> logged_transactions(int backups_fd) {

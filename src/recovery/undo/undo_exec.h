@@ -47,12 +47,11 @@ struct UndoContext {
 // fails in a way that makes going on unsafe (EIO, ENOSPC while restoring).
 UndoResult undo_transaction(const UndoContext &ctx, uint64_t txid);
 
-// After a commit: removes the log directory (stashed objects die with it). Idempotent.
-// Records go highest seq first, each before its data object, so an interrupted removal
-// leaves a log whose undo is harmless for an aborted transaction -- but not for a
-// committed one. The removal is not made durable here: keep the commit mark until
-// something has forced the XFS journal past it (syncfs, or an fsync that forces the
-// log), or recovery may find part of a committed log and undo it.
+// After a commit: removes the log directory (stashed objects die with it), in no
+// particular order: what an interrupted removal leaves is garbage only while the commit
+// record says so. Idempotent. The removal is not made durable here: keep the commit
+// record until something has forced the XFS journal past it (syncfs, or an fsync that
+// forces the log), or recovery may find part of a committed log and undo it.
 void discard_log(const UndoContext &ctx, uint64_t txid);
 
 // Damage that would keep undo_transaction from restoring everything, found without

@@ -7,13 +7,13 @@
 
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 
 #include <fmt/format.h>
 
 #include "store/crash_point.h"
 #include "store/error.h"
 #include "recovery/undo/undo_io.h"
+#include "recovery/undo/undo_record.h"
 
 namespace txnfs {
 
@@ -25,6 +25,7 @@ struct UndoLog::Counters {
   std::atomic<uint64_t> next_seq{1};
   std::atomic<uint64_t> steps{0};
   std::atomic<uint64_t> backup_bytes{0};
+  std::atomic<uint64_t> xattr_records{0};  // records tried as xattrs (undo_record.h)
 };
 
 namespace {
@@ -58,14 +59,18 @@ std::unique_ptr<UndoLog> UndoLog::create(int backups_fd, uint64_t txid, bool ref
 uint64_t UndoLog::steps() const { return c_->steps.load(); }
 uint64_t UndoLog::backup_bytes() const { return c_->backup_bytes.load(); }
 
-// The record is one symlinkat(): a single journaled metadata operation, ordered in the
-// XFS log before any change the caller makes after we return. Returns 0 or an errno
-// (nothing written). Once it returns 0 the record exists, and whatever it vouches for (a
-// data object) must stay, whatever happens next: callers clean up only on an errno.
+// The record is one fsetxattr() of the log directory (or symlinkat(), undo_record.h): a
+// single journaled metadata operation, ordered in the XFS log before any change the
+// caller makes after we return. Returns 0 or an errno (nothing written). Once it returns
+// 0 the record exists, and whatever it vouches for (a data object) must stay, whatever
+// happens next: callers clean up only on an errno.
 int UndoLog::put_record(uint64_t seq, UndoStep &s) {
   s.seq = seq;
   std::string text = encode_step(s);
-  if (::symlinkat(text.c_str(), dir_fd_.get(), step_name(seq).c_str()) != 0) return errno;
+  bool as_xattr = c_->xattr_records.fetch_add(1) < kMaxXattrRecords, refused = false;
+  if (int e = put_record_text(dir_fd_.get(), seq, text, as_xattr, &refused)) return e;
+  if (refused) c_->xattr_records = kMaxXattrRecords;  // symlinks from here on
+
   c_->steps++;
   return 0;
 }
@@ -148,19 +153,17 @@ int UndoLog::stash(int dirfd, const char *name, UndoStep s, uint64_t *seq_out) {
   if (s.kind != StepKind::Removed && !(s.kind == StepKind::Renamed && s.displaced))
     misuse("stash", s);
   uint64_t seq = c_->next_seq++;
-  s.seq = seq;
-  std::string text;
+  int err;
   try {
-    text = encode_step(s);
+    err = put_record(seq, s);
   } catch (const Error &) {
-    return EINVAL;  // a name no directory entry can have
+    return EINVAL;  // (from encode_step) a name no directory entry can have
   }
-  if (::symlinkat(text.c_str(), dir_fd_.get(), step_name(seq).c_str()) != 0) return errno;
-  c_->steps++;
+  if (err) return err;
   TXNFS_CRASH_POINT("undo.after_record");
   if (::renameat2(dirfd, name, dir_fd_.get(), data_name(seq).c_str(), RENAME_NOREPLACE) != 0) {
     int e = errno;
-    if (::unlinkat(dir_fd_.get(), step_name(seq).c_str(), 0) == 0) c_->steps--;
+    if (remove_record(dir_fd_.get(), seq) == 0) c_->steps--;
     return e;
   }
   TXNFS_CRASH_POINT("undo.after_stash");
@@ -208,21 +211,13 @@ uint64_t UndoLog::snapshot_xattrs(int fd, UndoStep s) {
   return seq;
 }
 
-int mark_lazy_commit(int log_fd, uint64_t seq) {
-  std::string target = std::to_string(seq);
-  if (::symlinkat(target.c_str(), log_fd, kLazyMarker) == 0) return 0;
-  return errno;
-}
+int mark_lazy_commit(int log_fd, uint64_t seq) { return put_lazy_marker(log_fd, seq); }
 
 std::optional<uint64_t> lazy_commit_seq(int backups_fd, uint64_t txid) {
-  std::string path = std::to_string(txid) + "/" + kLazyMarker;
-  char buf[32];
-  ssize_t n = ::readlinkat(backups_fd, path.c_str(), buf, sizeof buf);
-  if (n <= 0 || size_t(n) >= sizeof buf) return std::nullopt;
-  uint64_t seq = 0;
-  auto [p, ec] = std::from_chars(buf, buf + n, seq, 10);
-  if (ec != std::errc() || p != buf + n) return std::nullopt;
-  return seq;
+  std::string name = std::to_string(txid);
+  UniqueFd log(::openat(backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!log) return std::nullopt;
+  return read_lazy_marker(log.get());
 }
 
 }  // namespace txnfs

@@ -1,7 +1,7 @@
 // UndoLog — appends the undo steps of one open transaction (writer side).
 //
-// Ordering contract: each append returns only after the step's record (and its data
-// object, if any) exist in the backing file system; the caller makes the in-place
+// Ordering contract: each append returns only after the step's record (undo_record.h)
+// and its data object, if any, exist in the backing file system; the caller makes the in-place
 // change afterwards, so XFS's ordered journal makes the record durable first. For
 // Removed/Renamed the record is written *before* the object moves into the log
 // directory, so a stashed object is never without its record.
@@ -72,14 +72,14 @@ class UndoLog {
   Observer observer_;
 };
 
-// The lazy-commit marker: a symlink named "lazy" in a log directory whose target is the
-// transaction's commit sequence number (decimal). The daemon writes it when a lazy
+// The lazy-commit marker: the xattr "trusted.txnfs.lazy" of a log directory (a symlink
+// "lazy" where trusted xattrs are refused, and in logs of earlier daemons), whose value is
+// the transaction's commit sequence number (decimal). The daemon writes it when a lazy
 // commit makes the transaction final, before its locks are released, so XFS journals it
 // before anything a later transaction changes on top of it. Recovery rolls back the
 // logs that have no durable commit record: those without a marker first (they never
 // committed), then the marked ones in decreasing sequence order. The undo executor
 // ignores the marker (a name that is not a record); removing the log removes it.
-inline constexpr const char *kLazyMarker = "lazy";
 // 0 or an errno.
 int mark_lazy_commit(int log_fd, uint64_t seq);
 // The sequence number of backups/<txid>'s marker; nullopt without (or with a garbled) one.

@@ -1,12 +1,13 @@
 // One step of a transaction's undo log, and its on-disk encoding.
 //
-// Where steps live: STORE/.txnfs/backups/<txid>/ holds, per step, a symlink named
-// by the step's sequence number (16 hex digits) whose target is encode(step), and
-// for some steps a data object "<seq>.d" beside it (a range clone, a stashed
-// object, or an xattr snapshot). Creating a symlink is one journaled XFS metadata
-// operation, and XFS commits its journal in order: a step written before a change
-// is durable whenever that change is. This is what makes undo information durable
-// before the in-place change without any fsync (see docs/crash-model.md).
+// Where steps live: STORE/.txnfs/backups/<txid>/ holds, per step, a record whose text
+// is encode(step) -- an xattr of that directory named by the step's sequence number, or
+// in older logs a symlink (undo_record.h) -- and for some steps a data object
+// "<seq>.d" beside it (a range clone, a stashed object, or an xattr snapshot). Writing
+// a record is one journaled XFS metadata operation, and XFS commits its journal in
+// order: a step written before a change is durable whenever that change is. This is
+// what makes undo information durable before the in-place change without any fsync
+// (see docs/crash-model.md).
 //
 // Every step names the objects it concerns by backing file handle (ino, generation),
 // so undoing a step twice, or undoing it when the change it protects never happened,
@@ -60,7 +61,7 @@ struct UndoStep {
   bool displaced = false;  // Renamed over an existing target
 };
 
-// Text encoding used as a symlink target: at most kMaxEncoded bytes, any byte but NUL.
+// Text encoding of a record: at most kMaxEncoded bytes, any byte but NUL.
 // Versioned ("1 <kind> <seq> ... #<checksum>"); the format is described in
 // undo_step.cc. Only the members a kind uses are encoded (decode leaves the others at
 // their defaults). With XFS handles (16 bytes) the longest record, a Renamed with two
