@@ -46,12 +46,14 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include <dirent.h>
+#include <sys/xattr.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -179,18 +181,33 @@ std::string last_lines(const std::string &text, int n) {
     return r;
 }
 
-// Symlinks (= undo steps) and other entries in DIR; {0, 0} if it cannot be read.
+// A record's name in a log: 16 lower-case hex digits (src/recovery/undo/undo_record.h).
+bool is_record_name(std::string_view n) {
+    return n.size() == 16 && std::all_of(n.begin(), n.end(), [](char c) {
+               return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+           });
+}
+
+// Undo steps (records: xattrs "trusted.txnfs.<seq>" of the log directory, and symlinks
+// "<seq>" in it) and other entries of the log DIR; {0, 0} if it cannot be read.
 std::pair<uint64_t, uint64_t> count_log(const std::string &dir) {
-    uint64_t links = 0, other = 0;
+    uint64_t records = 0, other = 0;
     DIR *d = opendir(dir.c_str());
     if (!d) return {0, 0};
     while (dirent *e = readdir(d)) {
         if (is_dot_or_dotdot(e->d_name)) continue;
-        if (e->d_type == DT_LNK) ++links;
-        else ++other;
+        if (e->d_type == DT_LNK && is_record_name(e->d_name)) ++records;
+        else if (e->d_type != DT_LNK) ++other;
     }
     closedir(d);
-    return {links, other};
+    std::vector<char> names(65536);
+    ssize_t len = listxattr(dir.c_str(), names.data(), names.size());
+    const std::string_view prefix = "trusted.txnfs.";
+    for (ssize_t i = 0; i < len; i += ssize_t(strlen(names.data() + i)) + 1) {
+        std::string_view n(names.data() + i);
+        if (n.substr(0, prefix.size()) == prefix && is_record_name(n.substr(prefix.size()))) ++records;
+    }
+    return {records, other};
 }
 
 // The only subdirectory of BACKUPS (the undo log of the one open transaction), or "".
@@ -1339,7 +1356,7 @@ void Bench::report() const {
     }
     fmt::print("  X+sync/P+sync/T+sync = the sample plus an untimed syncfs of the image right after it;\n"
                "  cpu = daemon user+system CPU during the sample; T ops = the daemon's operation count of the\n"
-               "  transaction; undo = undo steps in its log (symlinks in STORE/.txnfs/backups/<id>/) before the\n"
+               "  transaction; undo = undo steps in its log (records in STORE/.txnfs/backups/<id>/) before the\n"
                "  commit/abort; backup = bytes the log backed up (cloned); RSS after = the daemon's largest VmRSS\n"
                "  right after a sample of this workload (any configuration; the daemon was at {:.0f} MiB when the run began).\n",
                start_rss_kib / 1024.0);
