@@ -134,17 +134,16 @@ bench_start() {
 }
 
 # FUSE over io_uring for the run, when the kernel has it (TXNFS_IO_URING=0: /dev/fuse).
-bench_uring_param=/sys/module/fuse/parameters/enable_uring bench_uring_old='' bench_io_uring=0
+# Held through scripts/io-uring-param, which puts the old value back when the last run on
+# the machine lets go (runs may overlap).
+bench_io_uring=0
 bench_io_uring_on() {
-    [[ ${TXNFS_IO_URING:-1} != 0 && -w $bench_uring_param ]] || return 0
-    bench_uring_old=$(cat "$bench_uring_param")
-    if [[ $bench_uring_old != Y ]]; then
-        echo Y >"$bench_uring_param" 2>/dev/null || return 0
-        bench_cleanup_hooks+=(bench_io_uring_restore)
-    fi
+    [[ ${TXNFS_IO_URING:-1} != 0 ]] || return 0
+    "$bench_repo/scripts/io-uring-param" hold $$ || return 0
+    bench_cleanup_hooks+=(bench_io_uring_restore)
     bench_io_uring=1
 }
-bench_io_uring_restore() { echo "$bench_uring_old" >"$bench_uring_param"; }
+bench_io_uring_restore() { "$bench_repo/scripts/io-uring-param" release $$; }
 
 bench_image_kind=sparse
 bench_make_xfs() { # size-gib [full]

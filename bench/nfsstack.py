@@ -175,7 +175,7 @@ class Stack:
                 self.img.close()
             try:
                 tl.restore_uring(self._uring_old)
-            except OSError as e:
+            except (OSError, subprocess.CalledProcessError) as e:
                 print(f"nfsstack: restoring {tl.URING_PARAM}: {e}", file=sys.stderr)
 
 

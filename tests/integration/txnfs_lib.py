@@ -241,21 +241,29 @@ class Store:
 URING_PARAM = Path("/sys/module/fuse/parameters/enable_uring")
 
 
+URING_HOLDER = REPO / "scripts" / "io-uring-param"
+_uring_holds = 0   # this process's holds: the script keeps one per process
+
+
 def enable_uring() -> str | None:
-    """Switches the kernel's FUSE-over-io_uring on; returns the value to give back to
-    restore_uring(), or None when this process may not change it (not root, no such
-    kernel)."""
-    if not os.access(URING_PARAM, os.W_OK):
+    """Switches the kernel's FUSE-over-io_uring on for as long as this process holds it
+    (scripts/io-uring-param: the value from before comes back when the last run on the
+    machine lets go, also when runs overlap); returns what to give to restore_uring(),
+    or None when this process may not switch it on (not root, no such kernel)."""
+    global _uring_holds
+    if _uring_holds == 0 and subprocess.run([URING_HOLDER, "hold", str(os.getpid())]).returncode:
         return None
-    old = URING_PARAM.read_text().strip()
-    if old != "Y":
-        URING_PARAM.write_text("Y")
-    return old
+    _uring_holds += 1
+    return "held"
 
 
-def restore_uring(old: str | None) -> None:
-    if old is not None and old != "Y":
-        URING_PARAM.write_text(old)
+def restore_uring(token: str | None) -> None:
+    global _uring_holds
+    if token is None or _uring_holds == 0:
+        return
+    _uring_holds -= 1
+    if _uring_holds == 0:
+        subprocess.run([URING_HOLDER, "release", str(os.getpid())], check=True)
 
 
 def io_uring_wanted() -> bool:
