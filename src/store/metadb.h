@@ -187,8 +187,11 @@ class MetaDb {
   void keep(HandleChange change) REQUIRES(mu_);
   std::vector<HandleChange> kept_ GUARDED_BY(mu_);         // in the order of the calls
   std::unordered_map<uint64_t, size_t> kept_at_ GUARDED_BY(mu_);  // nodeid -> its last in kept_
-  uint64_t next_txn_id_ GUARDED_BY(mu_) = 0;  // new_txn_id: the next id to hand out
-  uint64_t txn_ids_end_ GUARDED_BY(mu_) = 0;  // ... and the end of the reserved block
+  // new_txn_id: the next id to hand out, and the end of the reserved block. Changed only
+  // with mu_ held as well (a reservation), read and counted up without it.
+  Mutex ids_mu_ ACQUIRED_AFTER(mu_){LockRank::kTxnIds};
+  uint64_t next_txn_id_ GUARDED_BY(ids_mu_) = 0;
+  uint64_t txn_ids_end_ GUARDED_BY(ids_mu_) = 0;
   // The nodeids of the last kRecentlyRemoved rows remove_handle dropped (repair_handle).
   static constexpr size_t kRecentlyRemoved = 1 << 16;
   std::unordered_set<uint64_t> removed_ GUARDED_BY(mu_);

@@ -31,6 +31,9 @@
 //    97   park::Pool::mu_              jobs queued for the resume and control pools
 //                                      (posted to by lock-manager continuations, which a
 //                                      finishing transaction runs under Txn::mu)
+//    98   MetaDb::ids_mu_              the block of reserved transaction ids (a begin takes
+//                                      one without waiting for MetaDb::mu_, which a group
+//                                      commit holds across its fdatasync)
 //   100   stall::Registry::mu          the watchdog's registry of request threads
 //
 // So, for instance, MetaDb::transaction(fn) must never take Txn::mu inside fn: a thread
@@ -74,6 +77,7 @@ enum class LockRank : uint8_t {
   kLazyStash = 95,
   kWriters = 96,
   kPool = 97,
+  kTxnIds = 98,
   kStallWatchdog = 100,
 };
 

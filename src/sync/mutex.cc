@@ -25,6 +25,7 @@ const char *lock_rank_name(LockRank r) {
     case LockRank::kLazyStash: return "TxnManager::lazy_mu_";
     case LockRank::kWriters: return "TxnManager::writers_mu_";
     case LockRank::kPool: return "park::Pool::mu_";
+    case LockRank::kTxnIds: return "MetaDb::ids_mu_";
     case LockRank::kInvalidator: return "Invalidator::mu_";
     case LockRank::kStallWatchdog: return "stall::Registry::mu";
   }
