@@ -117,6 +117,10 @@ void HandleJournal::clear() {
   if (::ftruncate(fd_.get(), 0) != 0) throw_errno("truncate " + path_, errno);
 }
 
+void HandleJournal::sync() {
+  if (::fdatasync(fd_.get()) != 0) throw_errno("fdatasync " + path_, errno);
+}
+
 std::vector<HandleChange> read_handle_journal(const std::string &path) {
   std::vector<HandleChange> changes;
   std::ifstream in(path);

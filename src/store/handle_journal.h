@@ -7,14 +7,18 @@
 // this journal first: one line, one write(2). Invariants:
 //   - a change is in the journal before anyone hears of it (the reply comes after
 //     put_handle/remove_handle returns), and the journal is cleared only after the
-//     changes it held are in SQLite; a killed daemon therefore loses none: the next
-//     mount's recovery applies them again, in order (replay_handle_journal), a row only
-//     for an object that still exists and a removal only of one that is gone;
-//   - the journal holds only changes made after everything in the table: every other
-//     change of the handle table writes the kept ones (and clears the journal) first.
-// Neither file is synced here, as the WAL is not: a power cut may lose the tail of
-// both (docs/crash-model.md: the next lookup recreates a lost row; fsck reports a row
-// whose removal was lost, and --repair drops it).
+//     changes it held are durable in SQLite (MetaDb::flush_handles(true), or a sync
+//     with nothing kept); a killed daemon therefore loses none: the next mount's
+//     recovery applies them again, in order (replay_handle_journal), a row only for an
+//     object that still exists and has none, a removal only of one that is gone -- so
+//     changes that reached the table before the crash are applied again harmlessly;
+//   - every other change of the handle table writes the kept ones first, so the table
+//     never holds a change that a kept one would undo.
+// MetaDb::sync() syncs the journal instead of writing what is kept to SQLite: a
+// durable commit or a group-commit round makes the handle rows of what it vouches for
+// durable through it. Between syncs a power cut may lose the tail of both
+// (docs/crash-model.md: the next lookup recreates a lost row; fsck reports a row whose
+// removal was lost, and --repair drops it).
 #pragma once
 #include <memory>
 #include <optional>
@@ -33,6 +37,7 @@ class HandleJournal {
   static std::unique_ptr<HandleJournal> open(const std::string &path);
   void append(const HandleChange &change);  // one write(2); throws Error
   void clear();                       // throws Error
+  void sync();                        // fdatasync: what was appended survives a power cut
 
  private:
   explicit HandleJournal(UniqueFd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}

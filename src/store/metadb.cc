@@ -114,7 +114,7 @@ MetaDb::MetaDb(sqlite3 *db, std::string path) : db_(db), path_(std::move(path)) 
 
 MetaDb::~MetaDb() {
   try {
-    flush_handles();
+    flush_handles(true);
   } catch (const std::exception &) {
     // Still in the journal: the next mount's recovery writes them.
   }
@@ -375,26 +375,34 @@ void MetaDb::defer_handles(std::unique_ptr<HandleJournal> journal) {
   journal_ = std::move(journal);
 }
 
-void MetaDb::flush_handles() {
+void MetaDb::flush_handles(bool settle) {
   RecursiveMutexLock g(mu_);
-  if (kept_.empty()) return;
-  // In the order of the calls: the table ends as if each had been written at once. On
-  // an error everything stays kept (and journaled) for the next flush.
-  transaction([&] {
-    mu_.assert_held();  // (transaction() runs it under mu_)
-    for (const HandleChange &c : kept_) {
-      if (!c.removal) {
-        write_handle(c.row);
-        continue;
+  if (!kept_.empty()) {
+    // In the order of the calls: the table ends as if each had been written at once. On
+    // an error everything stays kept (and journaled) for the next flush.
+    transaction([&] {
+      mu_.assert_held();  // (transaction() runs it under mu_)
+      for (const HandleChange &c : kept_) {
+        if (!c.removal) {
+          write_handle(c.row);
+          continue;
+        }
+        Stmt s(*this, del_handle_);
+        s.bind(1, int64_t(c.row.nodeid));
+        s.step();
       }
-      Stmt s(*this, del_handle_);
-      s.bind(1, int64_t(c.row.nodeid));
-      s.step();
-    }
-  });
-  kept_.clear();
-  kept_at_.clear();
-  journal_->clear();
+    });
+    kept_.clear();
+    kept_at_.clear();
+    journal_written_ = true;
+  }
+  // The journal goes only once what it holds is durable in SQLite: truncated first, a
+  // syncfs in between could make the truncation durable and not the WAL's pages.
+  if (settle && journal_written_) {
+    sync_files();
+    journal_->clear();
+    journal_written_ = false;
+  }
 }
 
 void MetaDb::write_handle(const HandleRow &row) {
@@ -692,7 +700,18 @@ void MetaDb::transaction(const std::function<void()> &fn) {
 // commits would go to a deleted file and be lost at the next crash or unmount.
 void MetaDb::sync() {
   RecursiveMutexLock g(mu_);
-  flush_handles();  // durable with everything else
+  // Kept handle changes stay kept: their journal, synced here, makes them durable (the
+  // next mount's recovery replays it), so a sync -- every group-commit round -- writes
+  // no SQLite transaction for them; flush_handles() does, every StepMirror::kInterval.
+  if (!kept_.empty()) journal_->sync();
+  sync_files();
+  if (kept_.empty() && journal_written_) {  // all it holds is durable in SQLite now
+    journal_->clear();
+    journal_written_ = false;
+  }
+}
+
+void MetaDb::sync_files() {
   for (int op : {SQLITE_FCNTL_JOURNAL_POINTER, SQLITE_FCNTL_FILE_POINTER}) {
     sqlite3_file *f = nullptr;
     if (sqlite3_file_control(db_, "main", op, &f) != SQLITE_OK || !f || !f->pMethods) continue;

@@ -96,12 +96,14 @@ class MetaDb {
   uint64_t handle_count();
   // Write-behind of handle rows (store/handle_journal.h): from now on put_handle and
   // remove_handle append the change to `journal` and keep it in memory; flush_handles()
-  // writes what is kept in one SQLite transaction and clears the journal. Every other
-  // operation on the handle table, sync() and the destructor flush first; handle() sees
-  // kept changes. The daemon flushes every StepMirror::kInterval; at most
+  // writes what is kept in one SQLite transaction; the journal keeps it until it is
+  // durable there (flush_handles(true), or a sync() that finds nothing kept). Every
+  // other operation on the handle table flushes first; sync() syncs the journal instead
+  // of writing it (recovery replays it); handle() sees kept changes. The daemon flushes every StepMirror::kInterval; at most
   // kMaxKeptHandles are kept.
   void defer_handles(std::unique_ptr<HandleJournal> journal);
-  void flush_handles();
+  // `settle`: then also makes them durable and empties the journal (the periodic flush).
+  void flush_handles(bool settle = false);
   static constexpr size_t kMaxKeptHandles = 1024;
 
   // Transaction records (see the txns table in schema.sql). Recovery reads only the
@@ -183,9 +185,11 @@ class MetaDb {
   RecursiveMutex mu_{LockRank::kMetaDb};
   int tx_depth_ GUARDED_BY(mu_) = 0;
   void write_handle(const HandleRow &row) REQUIRES(mu_);
+  void sync_files() REQUIRES(mu_);  // fsync of the WAL and the database
   std::unique_ptr<HandleJournal> journal_ GUARDED_BY(mu_);
   void keep(HandleChange change) REQUIRES(mu_);
   std::vector<HandleChange> kept_ GUARDED_BY(mu_);         // in the order of the calls
+  bool journal_written_ GUARDED_BY(mu_) = false;  // it holds changes written to SQLite
   std::unordered_map<uint64_t, size_t> kept_at_ GUARDED_BY(mu_);  // nodeid -> its last in kept_
   // new_txn_id: the next id to hand out, and the end of the reserved block. Changed only
   // with mu_ held as well (a reservation), read and counted up without it.

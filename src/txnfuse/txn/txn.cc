@@ -55,7 +55,7 @@ void TxnManager::start() {
   mirror_ = std::make_unique<StepMirror>(*env_.db, [this] {
     mirror_rows();
     try {
-      env_.db->flush_handles();  // the batch of new objects' handle rows
+      env_.db->flush_handles(true);  // the batch of new objects' handle rows, made durable
     } catch (const std::exception &e) {
       spdlog::warn("handle rows not written yet (they stay journaled): {}", e.what());
     }
