@@ -70,7 +70,6 @@ int UndoLog::put_record(uint64_t seq, UndoStep &s) {
   bool as_xattr = c_->xattr_records.fetch_add(1) < kMaxXattrRecords, refused = false;
   if (int e = put_record_text(dir_fd_.get(), seq, text, as_xattr, &refused)) return e;
   if (refused) c_->xattr_records = kMaxXattrRecords;  // symlinks from here on
-
   c_->steps++;
   return 0;
 }
