@@ -698,11 +698,12 @@ void MetaDb::transaction(const std::function<void()> &fn) {
 // other connection to close (sqlite3, txnfs fsck) would then think it was the last,
 // checkpoint, and delete the WAL and shm files under this connection, whose later
 // commits would go to a deleted file and be lost at the next crash or unmount.
-void MetaDb::sync() {
+void MetaDb::sync(bool write_kept) {
   RecursiveMutexLock g(mu_);
-  // Kept handle changes stay kept: their journal, synced here, makes them durable (the
-  // next mount's recovery replays it), so a sync -- every group-commit round -- writes
-  // no SQLite transaction for them; flush_handles() does, every StepMirror::kInterval.
+  // Without `write_kept`, kept handle changes stay kept: their journal, synced here,
+  // makes them durable (the next mount's recovery replays it), and no SQLite transaction
+  // is written for them; flush_handles() does, every StepMirror::kInterval.
+  if (write_kept) flush_handles();
   if (!kept_.empty()) journal_->sync();
   sync_files();
   if (kept_.empty() && journal_written_) {  // all it holds is durable in SQLite now

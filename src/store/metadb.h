@@ -98,8 +98,8 @@ class MetaDb {
   // remove_handle append the change to `journal` and keep it in memory; flush_handles()
   // writes what is kept in one SQLite transaction; the journal keeps it until it is
   // durable there (flush_handles(true), or a sync() that finds nothing kept). Every
-  // other operation on the handle table flushes first; sync() syncs the journal instead
-  // of writing it (recovery replays it); handle() sees kept changes. The daemon flushes every StepMirror::kInterval; at most
+  // other operation on the handle table and sync() flush first -- sync(false) syncs the
+  // journal instead (recovery replays it); handle() sees kept changes. The daemon flushes every StepMirror::kInterval; at most
   // kMaxKeptHandles are kept.
   void defer_handles(std::unique_ptr<HandleJournal> journal);
   // `settle`: then also makes them durable and empties the journal (the periodic flush).
@@ -162,8 +162,10 @@ class MetaDb {
   // Runs `fn` inside one SQLite transaction (nested calls join the outer one).
   void transaction(const std::function<void()> &fn);
 
-  // Makes everything committed so far durable (a WAL checkpoint-free fsync).
-  void sync();
+  // Makes everything committed so far durable (a WAL checkpoint-free fsync), kept handle
+  // changes included: written to SQLite first, or (`write_kept` false) durable in their
+  // journal only, which recovery replays.
+  void sync(bool write_kept = true);
 
   // The schema version open() upgraded this database from, or 0.
   int upgraded_from() const { return upgraded_from_; }

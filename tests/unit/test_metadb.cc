@@ -266,11 +266,12 @@ TEST_CASE("handle rows kept back: read at once, in order with other changes, jou
   // A sync with nothing kept: all of it is durable in SQLite now, the journal goes.
   db->sync();
   CHECK(journal_lines() == 0);
-  // A sync with rows kept writes no SQLite transaction: the journal, synced, is what
-  // makes them durable (recovery replays it). The settling flush empties it.
+  // A sync(false) (a group-commit round only the lazy-commit timer asked for) with rows
+  // kept writes no SQLite transaction: the journal, synced, is what makes them durable
+  // (recovery replays it). The settling flush empties it.
   HandleRow k = row(13, 1, "k");
   db->put_handle(k);
-  db->sync();
+  db->sync(false);
   {
     auto other = MetaDb::open(path, true);
     CHECK_FALSE(other->handle(13));
@@ -282,7 +283,18 @@ TEST_CASE("handle rows kept back: read at once, in order with other changes, jou
     auto other = MetaDb::open(path, true);
     CHECK(other->handle(13));
   }
+  // A plain sync() (a durable commit, an fsync) writes kept rows to SQLite first.
   db->remove_handle(13);
+  HandleRow m = row(14, 1, "m");
+  db->put_handle(m);
+  db->sync();
+  {
+    auto other = MetaDb::open(path, true);
+    CHECK(other->handle(14));
+    CHECK_FALSE(other->handle(13));
+  }
+  CHECK(journal_lines() == 0);
+  db->remove_handle(14);
   db->flush_handles(true);
   // A row put twice before a flush is kept once, the last one.
   HandleRow c = row(12, 1, "c");

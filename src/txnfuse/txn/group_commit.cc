@@ -76,10 +76,11 @@ void TxnManager::count_lazy_stashes(Txn &t, int sign) {
 // written in the same SQLite transaction, in commit order: SQLite's WAL keeps a prefix
 // of its transactions after a crash, so the durable commit records stay a prefix of
 // the commit order.
-int TxnManager::group_commit(Txn *t) {
+int TxnManager::group_commit(Txn *t, bool timer) {
   MutexLock l(gc_mu_);
   uint64_t ticket = ++gc_requested_;
   if (t) gc_queue_.push_back(t);
+  if (!timer) gc_rows_ = true;
   int mine = 0;
   while (gc_done_ < ticket) {
     if (gc_leader_) {
@@ -96,6 +97,11 @@ int TxnManager::group_commit(Txn *t) {
     forget.swap(forget_after_sync_);
     forget_now.swap(forget_now_);
     uint64_t upto = gc_requested_;
+    // A durable commit, fsync or `txnfs sync` returns with the handle rows written to
+    // SQLite; a timer's round for lazy commits leaves them in their journal, which its
+    // syncfs makes durable (recovery replays it), and skips that SQLite transaction.
+    bool rows = gc_rows_;
+    gc_rows_ = false;
     l.unlock();
     int err = ::syncfs(env_.tree_fd) == 0 ? 0 : errno;
     if (!err) {
@@ -112,7 +118,7 @@ int TxnManager::group_commit(Txn *t) {
           for (uint64_t id : forget_now) env_.db->delete_txn(id);
         });
         TXNFS_CRASH_POINT("commit.after_record");
-        env_.db->sync();
+        env_.db->sync(rows);
         TXNFS_CRASH_POINT("commit.after_wal_sync");
       } catch (const std::exception &e) {
         spdlog::error("writing commit records: {}", e.what());
@@ -170,7 +176,7 @@ void TxnManager::flusher_loop() {
       }
     }
     l.unlock();
-    if (sync() != 0) {
+    if (group_commit(nullptr, true) != 0) {
       // The store cannot be synced (the error is logged): try again a little later.
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

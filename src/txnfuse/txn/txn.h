@@ -262,8 +262,9 @@ class TxnManager {
   int finish(TxnPtr t, bool commit, bool lazy = false);
   int durable_commit(Txn &t) EXCLUDES(gc_mu_);
   // One group-commit round at a time: makes `t` (if any) and every lazy commit queued
-  // before the round durable.
-  int group_commit(Txn *t) EXCLUDES(gc_mu_);
+  // before the round durable. `timer`: asked for by the flusher alone; a round that only
+  // it asked for leaves kept handle rows in their journal (MetaDb::sync).
+  int group_commit(Txn *t, bool timer = false) EXCLUDES(gc_mu_);
   int lazy_commit(TxnPtr t) EXCLUDES(gc_mu_);
   // What a commit does once its record is durable: the log's links to objects whose
   // names it removed go, and the log is queued for removal.
@@ -292,6 +293,7 @@ class TxnManager {
   std::vector<Txn *> gc_queue_ GUARDED_BY(gc_mu_);
   uint64_t gc_requested_ GUARDED_BY(gc_mu_) = 0, gc_done_ GUARDED_BY(gc_mu_) = 0;
   bool gc_leader_ GUARDED_BY(gc_mu_) = false;
+  bool gc_rows_ GUARDED_BY(gc_mu_) = false;  // someone but the flusher asked for the round
   int gc_err_ GUARDED_BY(gc_mu_) = 0;  // the last round's error
   std::deque<TxnPtr> lazy_queue_ GUARDED_BY(gc_mu_);  // lazy commits, commit order
   uint64_t commit_seq_ GUARDED_BY(gc_mu_) = 0;       // last lazy commit's sequence number
