@@ -7,6 +7,7 @@ feet, B "restores" Y and leaves it on).
 The module parameter itself is shared by everything on the machine, so these tests point
 the script at a file of their own (TXNFS_URING_PARAM) and a state directory of their own.
 """
+import fcntl
 import os
 import subprocess
 
@@ -92,3 +93,20 @@ def test_no_hold_where_the_parameter_cannot_be_written(param, tmp_path):
     assert r.returncode == 1
     assert run("hold", 2 ** 22 + 7).returncode == 2   # no such process: a usage error
     assert run("frobnicate").returncode == 2
+
+
+def test_a_hung_call_holding_the_lock_is_waited_for_a_bounded_time(param, tmp_path):
+    p, run, holder = param
+    state = tmp_path / "state"
+    state.mkdir()
+    with open(state / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # a call that hangs while it holds the lock
+        env = dict(os.environ, TXNFS_URING_PARAM=str(p), TXNFS_URING_STATE=str(state),
+                   TXNFS_URING_LOCK_WAIT="1")
+        a = holder()
+        r = subprocess.run([SCRIPT, "hold", str(a.pid)], env=env, capture_output=True, text=True,
+                           timeout=20)
+    assert r.returncode == 3, r.stderr
+    assert "held for 1 s" in r.stderr
+    assert value(p) == "N"
+    assert run("hold", a.pid).returncode == 0 and value(p) == "Y"   # free again

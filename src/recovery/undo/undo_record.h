@@ -9,9 +9,9 @@
 //
 // The older form, a symlink named by the seq (16 hex digits) whose target is the text,
 // is still written when the xattr cannot be (a file system without trusted xattrs, a
-// daemon without the privilege, an inode whose xattr space is full) and past kMaxXattrRecords records in one log
-// (listxattr(2) returns at most 64 KiB of names), and it is what logs of earlier daemons
-// hold. Readers take both; one seq is never stored in both forms.
+// daemon without the privilege, an inode whose xattr space is full) and past
+// kMaxXattrRecords records in one log (listxattr(2) returns at most 64 KiB of names),
+// and it is what logs of earlier daemons hold. Readers take both; one seq is never stored in both forms.
 #pragma once
 #include <cstdint>
 #include <optional>
