@@ -583,6 +583,26 @@ std::vector<std::pair<uint64_t, bool>> extents(int fd) {
   return out;
 }
 
+// Copies the data object `dn` of the log `from` into the log `to` (a clone of a file,
+// or an empty directory) with its xattrs; false when `from` has none.
+bool copy_data_object(int from, int to, const std::string &dn) {
+  struct stat st;
+  if (::fstatat(from, dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  if (S_ISDIR(st.st_mode) && ::mkdirat(to, dn.c_str(), 0700) != 0) die("mkdirat");
+  UniqueFd src(::openat(from, dn.c_str(), O_RDONLY | O_CLOEXEC));
+  int how = S_ISDIR(st.st_mode) ? O_RDONLY : O_WRONLY | O_CREAT | O_EXCL;
+  UniqueFd dst(::openat(to, dn.c_str(), how, 0600));
+  if (!src || !dst) die("open " + dn);
+  if (!S_ISDIR(st.st_mode) && ::ioctl(dst.get(), FICLONE, src.get()) != 0) die("FICLONE");
+  char xn[65536], xv[65536];
+  ssize_t len = ::flistxattr(src.get(), xn, sizeof xn);
+  for (ssize_t i = 0; i < len; i += ssize_t(std::strlen(xn + i)) + 1) {
+    ssize_t v = ::fgetxattr(src.get(), xn + i, xv, sizeof xv);
+    if (v < 0 || ::fsetxattr(dst.get(), xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
+  }
+  return true;
+}
+
 // Copies the parts of log `txid` that outlive its undo -- records, range clones and
 // xattr snapshots (stashed and created objects are back in the tree, or gone, by the
 // time the log is removed) -- to `side`, a directory on the same file system.
@@ -595,21 +615,8 @@ void save_log(Env &e, uint64_t txid, const std::string &side) {
     if (put_record_text(out.get(), rec.seq, rec.text, true) != 0) die("copy record");
     StepKind kind = decode_step(rec.text).kind;
     if (kind != StepKind::Data && kind != StepKind::Xattrs) continue;
-    std::string dn = step_name(rec.seq) + ".d";
-    struct stat st;
-    if (::fstatat(log.get(), dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) die("stat " + dn);
-    if (S_ISDIR(st.st_mode) && ::mkdirat(out.get(), dn.c_str(), 0700) != 0) die("mkdirat");
-    UniqueFd src(::openat(log.get(), dn.c_str(), O_RDONLY | O_CLOEXEC));
-    int how = S_ISDIR(st.st_mode) ? O_RDONLY : O_WRONLY | O_CREAT | O_EXCL;
-    UniqueFd dst(::openat(out.get(), dn.c_str(), how, 0600));
-    if (!src || !dst) die("open " + dn);
-    if (!S_ISDIR(st.st_mode) && ::ioctl(dst.get(), FICLONE, src.get()) != 0) die("FICLONE");
-    char xn[65536], xv[65536];
-    ssize_t len = ::flistxattr(src.get(), xn, sizeof xn);
-    for (ssize_t i = 0; i < len; i += ssize_t(std::strlen(xn + i)) + 1) {
-      ssize_t v = ::fgetxattr(src.get(), xn + i, xv, sizeof xv);
-      if (v < 0 || ::fsetxattr(dst.get(), xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
-    }
+    if (!copy_data_object(log.get(), out.get(), step_name(rec.seq) + ".d"))
+      die("stat " + step_name(rec.seq) + ".d");
   }
   if (!problems.empty()) throw std::runtime_error("save_log: " + problems[0]);
 }
@@ -632,21 +639,7 @@ uint64_t restore_log(Env &e, const std::string &side, uint64_t txid, uint64_t ma
     // Both forms a log may hold (undo_record.h): odd seqs as symlinks, even as xattrs.
     if (put_record_text(to.get(), rec.seq, rec.text, rec.seq % 2 == 0) != 0) die("copy record");
     restored++;
-    std::string dn = step_name(rec.seq) + ".d";
-    struct stat st;
-    if (::fstatat(from.get(), dn.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    if (S_ISDIR(st.st_mode) && ::mkdirat(to.get(), dn.c_str(), 0700) != 0) die("mkdirat");
-    UniqueFd src(::openat(from.get(), dn.c_str(), O_RDONLY | O_CLOEXEC));
-    int how = S_ISDIR(st.st_mode) ? O_RDONLY : O_WRONLY | O_CREAT | O_EXCL;
-    UniqueFd dst(::openat(to.get(), dn.c_str(), how, 0600));
-    if (!src || !dst) die("open " + dn);
-    if (!S_ISDIR(st.st_mode) && ::ioctl(dst.get(), FICLONE, src.get()) != 0) die("FICLONE");
-    char xn[65536], xv[65536];
-    ssize_t len = ::flistxattr(src.get(), xn, sizeof xn);
-    for (ssize_t i = 0; i < len; i += ssize_t(std::strlen(xn + i)) + 1) {
-      ssize_t v = ::fgetxattr(src.get(), xn + i, xv, sizeof xv);
-      if (v < 0 || ::fsetxattr(dst.get(), xn + i, xv, size_t(v), 0) != 0) die("copy xattr");
-    }
+    copy_data_object(from.get(), to.get(), step_name(rec.seq) + ".d");  // (none: fine)
   }
   if (!problems.empty()) throw std::runtime_error("restore_log: " + problems[0]);
   return restored;
