@@ -47,9 +47,10 @@
 //     waits with no mutex held (it checks this);
 //   - Txn::idle, the group commit and Invalidator::flush() are awaited with no mutex held
 //     other than the one the condition variable releases;
-//   - kernel notifications (fuse_lowlevel_notify_*) are sent only by the Invalidator's
-//     thread, holding nothing: the kernel may hold a directory lock that a request
-//     waiting for us holds;
+//   - kernel notifications (fuse_lowlevel_notify_*) are sent only by the Invalidator,
+//     holding nothing -- from its thread, or from a flush() on a thread that serves no
+//     requests (a commit on the control pool): the kernel may hold a directory lock that
+//     a request waiting for us holds;
 //   - other libraries' mutexes (libfuse, spdlog, SQLite) are leaves below all of ours.
 //
 // Enforcement: clang's thread-safety analysis checks GUARDED_BY/REQUIRES/EXCLUDES at

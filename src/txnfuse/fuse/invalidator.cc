@@ -31,7 +31,6 @@ void Invalidator::inode(uint64_t nodeid) {
     q_.push_back({nodeid, {}});
     queued_++;
   }
-  cv_.notify_one();
 }
 
 void Invalidator::entry(uint64_t parent, const std::string &name) {
@@ -41,8 +40,9 @@ void Invalidator::entry(uint64_t parent, const std::string &name) {
     q_.push_back({parent, name});
     queued_++;
   }
-  cv_.notify_one();
 }
+
+void Invalidator::post() { cv_.notify_one(); }
 
 void Invalidator::xattrs_restored(uint64_t nodeid) {
   if (InodePtr i = inodes_.get(nodeid)) i->default_acl = Inode::kUnknown;

@@ -1,6 +1,8 @@
 // Invalidator — tells the kernel to drop what it cached about objects and names a
-// finished transaction changed, from a thread of its own: the notify calls take
-// kernel locks that a request handler (or a request waiting on our locks) may hold.
+// finished transaction changed, never from a thread that serves requests: the notify
+// calls take kernel locks that a request handler (or a request waiting on our locks)
+// may hold. A commit queues its invalidations and sends them itself (flush(), on the
+// control pool); a request handler that cannot wait posts them to a thread of its own.
 // An object an abort removed (its transaction had created it) is also marked gone in
 // the daemon's inode table, at once (see Inode::gone).
 #pragma once
@@ -34,6 +36,7 @@ class Invalidator final : public CacheInvalidator {
   // still queued itself rather than waking the thread and waiting for it: it would
   // wait for the same kernel calls, holding nothing either way.
   void flush() override EXCLUDES(mu_);
+  void post() override;
   void gone(uint64_t nodeid) override;
   void xattrs_restored(uint64_t nodeid) override;
   // FUSE_NOTIFY_INC_EPOCH (protocol 7.44): the kernel counts its cached names stale.

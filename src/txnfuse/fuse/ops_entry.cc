@@ -662,6 +662,7 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
   if (!err && exposed && !fs.cache->expire_names()) {
     fs.cache->entry(newparent, newname);
     if (flags & RENAME_EXCHANGE) fs.cache->entry(parent, name);
+    fs.cache->post();
   }
   fuse_reply_err(req, err);
 }

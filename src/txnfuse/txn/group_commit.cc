@@ -46,9 +46,12 @@ int TxnManager::lazy_commit(TxnPtr t) {
                             .count(),
                         std::memory_order_release);
   lazy_pending_.fetch_add(1, std::memory_order_acq_rel);
+  // The flusher waits for the oldest queued commit to come due; only the first one
+  // queued gives it a new deadline (a wake-up per commit costs the caller a context switch).
+  bool first = lazy_queue_.empty();
   lazy_queue_.push_back(std::move(t));
   TXNFS_CRASH_POINT("commit.lazy_marked");
-  flush_cv_.notify_one();
+  if (first) flush_cv_.notify_one();
   return 0;
 }
 

@@ -29,9 +29,14 @@ namespace txnfs {
 class CacheInvalidator {
  public:
   virtual ~CacheInvalidator() = default;
+  // Queue an invalidation. Nothing is sent until the caller's flush() or post(): a
+  // commit queues all of its own and sends them itself, without waking a thread for each.
   virtual void inode(uint64_t nodeid) = 0;
   virtual void entry(uint64_t parent, const std::string &name) = 0;
+  // Sends everything queued so far, and returns once it has been sent.
   virtual void flush() = 0;
+  // Has another thread send what is queued, for a caller that must not wait for the kernel.
+  virtual void post() = 0;
   virtual void gone(uint64_t nodeid) = 0;
   // A rollback may have restored the object's xattrs: what the daemon caches of them
   // (Inode::default_acl) is stale. At once, before the transaction's locks go.
@@ -47,6 +52,7 @@ class NoCache final : public CacheInvalidator {
   void inode(uint64_t) override {}
   void entry(uint64_t, const std::string &) override {}
   void flush() override {}
+  void post() override {}
   void gone(uint64_t) override {}
   void xattrs_restored(uint64_t) override {}
   bool expire_names() override { return true; }
