@@ -151,6 +151,8 @@ int TxnManager::group_commit(Txn *t, bool timer) {
       for (auto &b : lazy) b->durable_recorded = false;
       for (auto it = lazy_in_round_.rbegin(); it != lazy_in_round_.rend(); ++it)
         lazy_queue_.push_front(*it);
+      // (The flusher may be waiting for a first commit to queue: this round's are.)
+      if (!lazy.empty()) flush_cv_.notify_one();
     }
     lazy_in_round_.clear();
     for (Txn *b : batch) b->commit_error = err;
