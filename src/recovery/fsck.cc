@@ -25,6 +25,8 @@
 #include "recovery/recover.h"
 #include "recovery/undo/undo_exec.h"
 #include "recovery/undo/undo_io.h"
+#include "recovery/undo/undo_log.h"
+#include "recovery/undo/undo_record.h"
 
 namespace txnfs {
 
@@ -263,6 +265,12 @@ void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) 
   UniqueFd backups(::open(paths.backups.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!backups) throw_errno("open " + paths.backups, backups.err());
   int backups_fd = backups.get();
+  uint64_t mark = 0;  // lazy commits at or below it are committed (set_lazy_durable)
+  try {
+    mark = lazy_durable_upto(backups_fd);
+  } catch (const Error &e) {
+    rep.problems.push_back(e.what());
+  }
   DIR *d = ::fdopendir(::dup(backups_fd));
   if (!d) throw_errno("read " + paths.backups, errno);
   std::vector<std::string> names;
@@ -291,8 +299,14 @@ void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) 
       damage.push_back(e.what());
     }
     auto t = txns.find(id);
+    std::optional<uint64_t> seq = lazy_commit_seq(backups_fd, id);
     // (Only commit records must exist: begin writes no row, see schema.sql.)
-    if (t == txns.end())
+    if (t == txns.end() && seq && *seq <= mark)
+      rep.problems.push_back(fmt::format(
+          "undo log {}/{} ({} steps) of committed transaction {} (a lazy commit, durable by "
+          "the mark) is still there: recovery discards it (txnfs recover STORE)",
+          paths.backups, n, steps, id));
+    else if (t == txns.end())
       rep.problems.push_back(fmt::format(
           "undo log {}/{} ({} steps) of unfinished transaction {} (no commit record): "
           "recovery rolls it back (txnfs recover STORE)",

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -17,6 +18,7 @@
 #include "recovery/undo/undo_exec.h"
 #include "recovery/undo/undo_io.h"
 #include "recovery/undo/undo_log.h"
+#include "recovery/undo/undo_record.h"
 
 namespace txnfs {
 
@@ -33,21 +35,30 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
   if (::fstat(tree.get(), &tst) != 0) throw_errno("stat " + paths.tree, errno);
 
   std::vector<uint64_t> committed = db.committed_txns();
+  size_t records = db.all_txns().size();
+  std::vector<uint64_t> logs = logged_transactions(backups.get());
+  // A lazy commit is committed when its log's marker is at or below the durable mark
+  // (set_lazy_durable), as much as one with a commit record.
+  uint64_t mark = lazy_durable_upto(backups.get());
+  std::map<uint64_t, uint64_t> lazy_seq;  // txid -> its marker
+  for (uint64_t id : logs)
+    if (auto s = lazy_commit_seq(backups.get(), id)) {
+      lazy_seq[id] = *s;
+      if (*s <= mark) committed.push_back(id);
+    }
+  std::sort(committed.begin(), committed.end());
   auto is_committed = [&](uint64_t id) {
     return std::binary_search(committed.begin(), committed.end(), id);
   };
-  size_t records = db.all_txns().size();
-  std::vector<uint64_t> logs = logged_transactions(backups.get());
   // The order of rollbacks: transactions that never committed first (they are
   // isolated from each other, and nothing committed can have built on them), then the
-  // lazily committed ones whose commit records did not become durable, latest commit
-  // first — a later one may have changed what an earlier one left (see
+  // lazily committed ones that did not become durable (no record, above the mark), latest
+  // commit first — a later one may have changed what an earlier one left (see
   // docs/crash-model.md, Lazy commit). Committed logs are only discarded.
   {
     std::vector<std::pair<uint64_t, uint64_t>> keyed;  // (0 or seq, txid)
     for (uint64_t id : logs)
-      keyed.emplace_back(is_committed(id) ? 0 : lazy_commit_seq(backups.get(), id).value_or(0),
-                         id);
+      keyed.emplace_back(is_committed(id) || !lazy_seq.count(id) ? 0 : lazy_seq[id], id);
     std::stable_sort(keyed.begin(), keyed.end(), [](const auto &a, const auto &b) {
       if ((a.first == 0) != (b.first == 0)) return a.first == 0;
       return a.first > b.first;

@@ -53,6 +53,11 @@ inline constexpr Point kPoints[] = {
      "group_commit.cc, group_commit: the leader's syncfs returned, no commit record yet "
      "(for durable committers and every queued lazy commit)",
      "everything but the commit record is durable: the transaction is rolled back"},
+    {"commit.after_lazy_mark",
+     "group_commit.cc, group_commit: the durable mark covers the round's lazy commits and is "
+     "fsynced; the durable committers' records not yet written",
+     "the lazy commits up to the mark are present, the round's durable commits (no record, "
+     "no reply) are rolled back"},
     {"commit.after_record",
      "group_commit.cc, group_commit: commit records written to SQLite, the WAL not yet synced",
      "a commit record that a process crash keeps (and a power cut may lose): present after a "

@@ -667,6 +667,11 @@ std::vector<std::pair<uint64_t, std::string>> MetaDb::all_txns() {
   return out;
 }
 
+void MetaDb::locked(const std::function<void()> &fn) {
+  RecursiveMutexLock g(mu_);
+  fn();
+}
+
 void MetaDb::transaction(const std::function<void()> &fn) {
   RecursiveMutexLock g(mu_);
   if (tx_depth_ > 0) {

@@ -161,6 +161,9 @@ class MetaDb {
 
   // Runs `fn` inside one SQLite transaction (nested calls join the outer one).
   void transaction(const std::function<void()> &fn);
+  // Runs `fn` holding the database mutex, with no SQLite transaction: what `fn` decides
+  // is ordered with every transaction() of other threads.
+  void locked(const std::function<void()> &fn);
 
   // Makes everything committed so far durable (a WAL checkpoint-free fsync), kept handle
   // changes included: written to SQLite first, or (`write_kept` false) durable in their

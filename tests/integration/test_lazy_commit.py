@@ -2,6 +2,7 @@
 visible at once, durable at the next group commit or when anything asks for durability;
 after a crash the lost lazy transactions are a suffix of the commit order, each rolled
 back whole, latest first (docs/crash-model.md, "Lazy commit")."""
+import errno
 import json
 import os
 import queue
@@ -146,6 +147,75 @@ def test_only_the_suffix_after_a_sync_is_lost(mnt):
     mnt.mount()
     assert f.read_bytes() == b"first"
     assert not (mnt.path / "g").exists()
+
+
+def durable_mark(m) -> int:
+    """The durable mark of lazy commits (set_lazy_durable): trusted.txnfs.lazy_durable of
+    the store's backups directory, 0 without one."""
+    try:
+        return int(os.getxattr(m.store.path / ".txnfs" / "backups", "trusted.txnfs.lazy_durable"))
+    except OSError as e:
+        if e.errno != errno.ENODATA:
+            raise
+        return 0
+
+
+def test_lazy_commits_after_a_restart_number_on_from_the_durable_mark(mnt):
+    """The mark says "lazy commits up to N are durable": a daemon that counted from 1
+    again would have its first lazy commits kept by the next recovery although they never
+    became durable (here: "three" would survive the crash)."""
+    f = mnt.path / "f"
+    tl.write_file(f, b"orig")
+    mnt.remount("--lazy-flush-ms", NEVER)
+    th = TxnThread()
+    try:
+        lazily(mnt, th, lambda: tl.write_file(f, b"one"))
+        lazily(mnt, th, lambda: tl.write_file(f, b"two"))
+        assert durable_mark(mnt) == 0
+        assert tl.txn_sync(mnt.path) == 0
+        assert durable_mark(mnt) == 2
+    finally:
+        th.close()
+    mnt.kill9()
+    mnt.mount("--lazy-flush-ms", NEVER)
+    assert f.read_bytes() == b"two"
+    th = TxnThread()
+    try:
+        lazily(mnt, th, lambda: tl.write_file(f, b"three"))
+        assert lazy_status(mnt)["not_durable"] == 1
+    finally:
+        th.close()
+    mnt.kill9()
+    mnt.mount()
+    assert f.read_bytes() == b"two"
+    assert durable_mark(mnt) == 2
+
+
+def test_a_log_the_durable_mark_covers_is_committed(mnt):
+    """The daemon dies right after a round's mark covers a lazy commit, its log still
+    whole: fsck calls the log a committed transaction's, and recovery keeps the commit
+    (it discards the log instead of undoing it)."""
+    f = mnt.path / "f"
+    tl.write_file(f, b"orig")
+    mnt.umount()
+    with tl.crash_at("commit.after_lazy_mark:1"):
+        mnt.mount("--lazy-flush-ms", "20")
+    th = TxnThread()
+    try:
+        lazily(mnt, th, lambda: tl.write_file(f, b"lazy"))
+    finally:
+        th.close()
+    assert tl.wait_dead(mnt.pid, 10), "the crash point did not fire"
+    mnt.pid = None
+    tl.lazy_umount(mnt.path)
+    assert durable_mark(mnt) == 1
+    p = mnt.store.fsck()
+    assert "(a lazy commit, durable by the mark) is still there" in p.stdout + p.stderr, \
+        tl.output_of(p)
+    mnt.mount()
+    assert f.read_bytes() == b"lazy"
+    p = mnt.store.fsck()
+    assert p.returncode == 0, tl.output_of(p)
 
 
 def test_durable_commit_makes_earlier_lazy_commits_durable(mnt):

@@ -1421,6 +1421,20 @@ TEST_CASE("a log of symlink records, as earlier daemons wrote it, is undone the 
   CHECK(!e.has_log(72));
 }
 
+TEST_CASE("the durable mark of lazy commits is read back, and a garbled one is an error") {
+  NEED_XFS(e);
+  CHECK(lazy_durable_upto(e.backups_fd) == 0);
+  REQUIRE(set_lazy_durable(e.backups_fd, 7) == 0);
+  CHECK(lazy_durable_upto(e.backups_fd) == 7);
+  REQUIRE(set_lazy_durable(e.backups_fd, 1234567) == 0);
+  CHECK(lazy_durable_upto(e.backups_fd) == 1234567);
+  // Recovery must not guess which lazy commits were durable.
+  REQUIRE(::fsetxattr(e.backups_fd, "trusted.txnfs.lazy_durable", "12x", 3, 0) == 0);
+  CHECK_THROWS_WITH(lazy_durable_upto(e.backups_fd), Catch::Contains("garbled"));
+  REQUIRE(::fremovexattr(e.backups_fd, "trusted.txnfs.lazy_durable") == 0);
+  CHECK(lazy_durable_upto(e.backups_fd) == 0);
+}
+
 TEST_CASE("a record stored in both forms is reported, not guessed at") {
   NEED_XFS(e);
   build_tree(e, "x");

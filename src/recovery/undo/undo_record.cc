@@ -3,6 +3,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "recovery/undo/undo_io.h"
+#include "store/error.h"
 #include "recovery/undo/undo_step.h"
 
 namespace txnfs {
@@ -19,6 +21,7 @@ namespace {
 
 constexpr const char *kLazyXattr = "trusted.txnfs.lazy";
 constexpr const char *kLazySymlink = "lazy";
+constexpr const char *kLazyDurableXattr = "trusted.txnfs.lazy_durable";
 
 // The xattr cannot be written here, but a symlink may be: trusted xattrs need
 // CAP_SYS_ADMIN and a file system that has them; ext4 keeps an inode's xattrs in one
@@ -134,6 +137,28 @@ std::optional<uint64_t> read_lazy_marker(int log_fd) {
   if (n < 0) n = ::readlinkat(log_fd, kLazySymlink, buf, sizeof buf);
   if (n <= 0 || size_t(n) >= sizeof buf) return std::nullopt;
   return decimal(std::string_view(buf, size_t(n)));
+}
+
+int set_lazy_durable(int backups_fd, uint64_t seq) {
+  std::string v = std::to_string(seq);
+  return ::fsetxattr(backups_fd, kLazyDurableXattr, v.data(), v.size(), 0) == 0 ? 0 : errno;
+}
+
+bool lazy_durable_refused(int err) { return xattr_refused(err); }
+
+uint64_t lazy_durable_upto(int backups_fd) {
+  char buf[32];
+  ssize_t n = ::fgetxattr(backups_fd, kLazyDurableXattr, buf, sizeof buf);
+  if (n < 0 && (errno == ENODATA || xattr_refused(errno))) return 0;
+  if (n < 0) throw_errno(std::string("read ") + kLazyDurableXattr, errno);
+  std::optional<uint64_t> v;
+  if (size_t(n) < sizeof buf) v = decimal(std::string_view(buf, size_t(n)));
+  if (!v)
+    throw Error(fmt::format("the backups directory's {} is garbled: \"{}\"", kLazyDurableXattr,
+                            std::string_view(buf, std::min(size_t(n), sizeof buf))),
+                "it holds the highest commit sequence number of the lazy commits made "
+                "durable; recovery cannot tell which of them are committed without it");
+  return *v;
 }
 
 }  // namespace txnfs

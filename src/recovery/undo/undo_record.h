@@ -58,4 +58,20 @@ int remove_record(int log_fd, uint64_t seq);
 int put_lazy_marker(int log_fd, uint64_t commit_seq);
 std::optional<uint64_t> read_lazy_marker(int log_fd);
 
+// The durable mark of lazy commits: the xattr "trusted.txnfs.lazy_durable" of the backups
+// directory, whose value (decimal) is the highest commit sequence number made durable.
+// A group-commit round sets it once its syncfs has made every effect of the lazy commits
+// it covers durable, and fsyncs the directory before anything depends on it (a commit
+// record, the removal of a log): a log whose marker is at most the mark belongs to a
+// committed transaction. One xattr per round instead of a SQLite commit record per lazy
+// transaction (docs/crash-model.md, Lazy commit). Sequence numbers go on across restarts
+// (the daemon counts on from the mark), so no new marker is ever below it.
+// set_lazy_durable: 0 or an errno; where the xattr is refused (lazy_durable_refused) the
+// daemon writes commit records instead.
+int set_lazy_durable(int backups_fd, uint64_t seq);
+bool lazy_durable_refused(int err);
+// 0 without a mark. Throws on a mark that cannot be read or is garbled: recovery must not
+// guess which lazy commits were durable.
+uint64_t lazy_durable_upto(int backups_fd);
+
 }  // namespace txnfs

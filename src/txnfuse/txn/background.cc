@@ -60,23 +60,27 @@ void TxnManager::cleaner_loop() {
     }
     forget_wake_ = false;
     forget_armed_ = true;  // after_durable need not wake us for records without logs
-    std::deque<uint64_t> batch;
+    std::deque<Discard> batch;
     batch.swap(to_discard_);
     bool stop = stopping_;
     g.unlock();
     UndoContext ctx{env_.tree_fd, env_.backups_fd, {}};
     std::vector<uint64_t> gone;  // only these lose their commit records
-    for (uint64_t id : batch) {
+    bool discarded = false;
+    for (auto [id, has_row] : batch) {
       try {
         discard_log(ctx, id);
-        gone.push_back(id);
+        discarded = true;
+        // (A lazy commit covered by the durable mark alone has no record to forget.)
+        if (has_row) gone.push_back(id);
       } catch (const std::exception &e) {
-        // The record stays: without it, recovery would undo a committed transaction.
+        // The record (or the mark) stays: without it, recovery would undo a committed
+        // transaction.
         spdlog::error("discarding log of transaction {}: {}", id, e.what());
       }
     }
+    if (discarded) TXNFS_CRASH_POINT("cleanup.after_discard");
     if (!gone.empty()) {
-      TXNFS_CRASH_POINT("cleanup.after_discard");
       MutexLock l(gc_mu_);
       forget_after_sync_.insert(forget_after_sync_.end(), gone.begin(), gone.end());
     }

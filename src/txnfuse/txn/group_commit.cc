@@ -1,14 +1,16 @@
 // Group commit (TxnManager::group_commit): the commits that arrive while a leader
 // syncs wait for the next leader, who syncs once for all of them. Lazy commits join the
-// lazy queue and do not wait: every round writes their commit records too, and the
-// flusher runs a round for them when nobody else does (TxnManager::flusher_loop).
+// lazy queue and do not wait: every round makes them durable too (the durable mark), and
+// the flusher runs a round for them when nobody else does (TxnManager::flusher_loop).
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
+#include "recovery/undo/undo_record.h"
 #include "store/crash_point.h"
 #include "txnfuse/txn/txn.h"
 #include "txnfuse/txn/txn_env.h"
@@ -71,14 +73,18 @@ void TxnManager::count_lazy_stashes(Txn &t, int sign) {
   }
 }
 
-// syncfs makes every effect and undo record durable, then the commit records are
-// written and the database synced: a commit record is never durable before the
-// effects it vouches for. The same syncfs makes the cleaner's removals of committed
-// logs durable, so the round also deletes their records (background.cc). Everyone
-// queued when a leader starts shares its syncs, and the lazy commits queued by then are
-// written in the same SQLite transaction, in commit order: SQLite's WAL keeps a prefix
-// of its transactions after a crash, so the durable commit records stay a prefix of
-// the commit order.
+// syncfs makes every effect and undo record durable; then the lazy commits queued when
+// the leader started become durable together, by the durable mark (set_lazy_durable:
+// the highest of their sequence numbers, fsynced), and the durable committers' commit
+// records are written and the database synced: neither is ever durable before the
+// effects it vouches for, and the lazy commits a durable one may have built on are
+// durable before its record. Rounds run one at a time, each marking a contiguous piece
+// of the commit order, so the durable lazy commits stay a prefix of it. The same syncfs
+// makes the cleaner's removals of committed logs durable, so the round also deletes
+// their records (background.cc). A round that only the lazy-commit timer asked for, with
+// no records to write or forget, does not touch SQLite. Where the mark is refused, lazy
+// commits get commit records in the round's SQLite transaction instead, in commit
+// order: SQLite's WAL keeps a prefix of its transactions after a crash.
 int TxnManager::group_commit(Txn *t, bool timer) {
   MutexLock l(gc_mu_);
   uint64_t ticket = ++gc_requested_;
@@ -105,24 +111,58 @@ int TxnManager::group_commit(Txn *t, bool timer) {
     // syncfs makes durable (recovery replays it), and skips that SQLite transaction.
     bool rows = gc_rows_;
     gc_rows_ = false;
+    bool mark_ok = lazy_mark_ok_;
     l.unlock();
     int err = ::syncfs(env_.tree_fd) == 0 ? 0 : errno;
+    bool marked = false;  // lazy covered by the durable mark, durable now
     if (!err) {
       TXNFS_CRASH_POINT("commit.after_syncfs");
+      if (!lazy.empty() && mark_ok) {
+        err = set_lazy_durable(env_.backups_fd, lazy.back()->commit_seq);
+        if (!err && ::fsync(env_.backups_fd) != 0) err = errno;
+        if (!err) {
+          marked = true;
+          TXNFS_CRASH_POINT("commit.after_lazy_mark");
+        } else if (lazy_durable_refused(err)) {
+          spdlog::warn("the durable mark of lazy commits cannot be written ({}): lazy commits "
+                       "get commit records in SQLite instead",
+                       std::strerror(err));
+          mark_ok = false;
+          err = 0;
+        } else {
+          spdlog::error("writing the durable mark of lazy commits: {}", std::strerror(err));
+        }
+      }
+    }
+    if (!err) {
       if (!forget.empty()) TXNFS_CRASH_POINT("cleanup.before_delete_rows");
       try {
-        env_.db->transaction([&] {
+        // A lazy commit the mark covers has a row only if mirror_rows wrote one (it looks
+        // under the database mutex): that row becomes its commit record, forgotten with
+        // its log like any other; most have none, and the round writes nothing for them.
+        std::vector<Txn *> records;
+        env_.db->locked([&] {
           for (auto &b : lazy) {
-            env_.db->record_committed_txn(txn_row(*b));
-            b->durable_recorded = true;  // (under the database mutex: mirror_rows)
+            b->has_row = !marked || b->row_state.load() != Txn::kNoRow;
+            if (b->has_row) records.push_back(b.get());
+            if (marked) b->durable_recorded = true;
           }
-          for (Txn *b : batch) env_.db->record_committed_txn(txn_row(*b));
-          for (uint64_t id : forget) env_.db->delete_txn(id);
-          for (uint64_t id : forget_now) env_.db->delete_txn(id);
         });
-        TXNFS_CRASH_POINT("commit.after_record");
-        env_.db->sync(rows);
-        TXNFS_CRASH_POINT("commit.after_wal_sync");
+        if (!records.empty() || !batch.empty() || !forget.empty() || !forget_now.empty() ||
+            rows) {
+          env_.db->transaction([&] {
+            for (Txn *b : records) {
+              env_.db->record_committed_txn(txn_row(*b));
+              b->durable_recorded = true;  // (under the database mutex: mirror_rows)
+            }
+            for (Txn *b : batch) env_.db->record_committed_txn(txn_row(*b));
+            for (uint64_t id : forget) env_.db->delete_txn(id);
+            for (uint64_t id : forget_now) env_.db->delete_txn(id);
+          });
+          TXNFS_CRASH_POINT("commit.after_record");
+          env_.db->sync(rows);
+          TXNFS_CRASH_POINT("commit.after_wal_sync");
+        }
       } catch (const std::exception &e) {
         spdlog::error("writing commit records: {}", e.what());
         err = EIO;
@@ -141,6 +181,7 @@ int TxnManager::group_commit(Txn *t, bool timer) {
                     std::strerror(err));
     }
     l.lock();
+    if (!mark_ok) lazy_mark_ok_ = false;
     if (!err) {
       lazy_pending_.fetch_sub(lazy.size(), std::memory_order_acq_rel);
     } else {

@@ -20,6 +20,7 @@
 
 #include "recovery/recover.h"
 #include "recovery/undo/undo_exec.h"
+#include "recovery/undo/undo_record.h"
 #include "store/crash_point.h"
 #include "sync/stall_watchdog.h"
 #include "txnfuse/txn/proc.h"
@@ -40,6 +41,13 @@ TxnManager::TxnManager(TxnEnv &env) : env_(env) {}
 TxnManager::~TxnManager() { stop(); }
 
 void TxnManager::start() {
+  {
+    // Lazy commits number on from the durable mark: a marker at or below it would count
+    // as durable after a crash (set_lazy_durable).
+    uint64_t mark = lazy_durable_upto(env_.backups_fd);
+    MutexLock g(gc_mu_);
+    commit_seq_ = mark;
+  }
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (wake_fd_ < 0 || epoll_fd_ < 0)
@@ -394,7 +402,7 @@ void TxnManager::after_durable(Txn &t) {
   TXNFS_CRASH_POINT("commit.after_rows");
   if (log) {
     MutexLock g(clean_mu_);
-    to_discard_.push_back(t.id());
+    to_discard_.push_back({t.id(), t.has_row});
     clean_cv_.notify_one();
     return;
   }

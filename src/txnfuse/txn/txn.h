@@ -114,14 +114,17 @@ struct Txn : LockOwner {
   uint64_t commit_seq = 0;  // lazy commits: position in the commit order (under gc_mu_)
   std::chrono::steady_clock::time_point lazy_since;  // lazy commits: when (under gc_mu_)
   // Its txns row (MetaDb::TxnRow), written off the request path: what TxnManager::
-  // mirror_rows last wrote (RowState), and, for a lazy commit, its wall-clock time
-  // (µs since the epoch; 0 before) and whether a round wrote its commit record (set
-  // inside that round's SQLite transaction, so mirror_rows, which looks under the same
-  // database mutex, never writes an 'active' row after it).
+  // mirror_rows last wrote (RowState, set inside mirror_rows' SQLite transaction), and,
+  // for a lazy commit, its wall-clock time (µs since the epoch; 0 before) and whether a
+  // round made it durable (set under the database mutex, so mirror_rows, which looks
+  // under the same mutex, never writes an 'active' row after it). `has_row`: the round
+  // left a row to forget once the log is gone (a commit record, or the mirror's row it
+  // turned into one); a lazy commit covered by the durable mark alone has none.
   enum RowState : int { kNoRow, kOpenRow, kLazyRow };
   std::atomic<int> row_state{kNoRow};
   std::atomic<int64_t> lazy_wall_us{0};
   std::atomic<bool> durable_recorded{false};
+  bool has_row = true;  // (written by the round before after_durable reads it)
   int pidfd = -1;               // the owner, watched by the reaper (set before it is shared)
   StepMirror *mirror = nullptr;  // copies its undo steps into SQLite (set before it is shared)
   int commit_error = 0;         // set by the group-commit leader (under TxnManager::gc_mu_)
@@ -297,6 +300,9 @@ class TxnManager {
   int gc_err_ GUARDED_BY(gc_mu_) = 0;  // the last round's error
   std::deque<TxnPtr> lazy_queue_ GUARDED_BY(gc_mu_);  // lazy commits, commit order
   uint64_t commit_seq_ GUARDED_BY(gc_mu_) = 0;       // last lazy commit's sequence number
+  // The durable mark (set_lazy_durable) can be written here; false after it was refused:
+  // lazy commits then get commit records, as durable ones do.
+  bool lazy_mark_ok_ GUARDED_BY(gc_mu_) = true;
   std::atomic<uint64_t> lazy_pending_{0};  // lazy commits not durable (queued or in a round)
   std::deque<TxnPtr> lazy_in_round_ GUARDED_BY(gc_mu_);  // taken by the running round
   // Records to forget (docs/crash-model.md, *Commit*, step 6): of committed transactions whose
@@ -327,7 +333,11 @@ class TxnManager {
   std::unique_ptr<StepMirror> mirror_;
   Mutex clean_mu_ ACQUIRED_AFTER(gc_mu_){LockRank::kCleaner};
   CondVar clean_cv_;
-  std::deque<uint64_t> to_discard_ GUARDED_BY(clean_mu_);
+  struct Discard {
+    uint64_t id;
+    bool has_row;  // its record is forgotten once the log's removal is durable
+  };
+  std::deque<Discard> to_discard_ GUARDED_BY(clean_mu_);
   // Records without logs wake the cleaner only while it does not know records wait.
   bool forget_armed_ GUARDED_BY(clean_mu_) = false;
   bool forget_wake_ GUARDED_BY(clean_mu_) = false;

@@ -45,15 +45,17 @@ void TxnManager::mirror_rows() {
         if (t->row_state.load() != Txn::kLazyRow) todo.push_back(t);
   }
   if (todo.empty()) return;
-  std::vector<std::pair<Txn *, int>> written;
+  std::vector<std::pair<Txn *, int>> written;  // and the state before
   try {
+    // row_state changes under the database mutex, where the group-commit round looks
+    // (a lazy commit's row becomes its commit record there).
     env_.db->transaction([&] {
       for (auto &t : todo) {
         int s = t->state.load();
         if (s == TXNFS_ACTIVE || s == TXNFS_ABORT_ONLY) {
           if (t->row_state.load() != Txn::kNoRow) continue;
           env_.db->record_open_txn(txn_row(*t));
-          written.emplace_back(t.get(), Txn::kOpenRow);
+          written.emplace_back(t.get(), t->row_state.exchange(Txn::kOpenRow));
           continue;
         }
         int64_t lazy_us = t->lazy_wall_us.load(std::memory_order_acquire);
@@ -61,11 +63,11 @@ void TxnManager::mirror_rows() {
         env_.db->record_lazy_txn(
             txn_row(*t),
             utc(std::chrono::system_clock::time_point(std::chrono::microseconds(lazy_us))));
-        written.emplace_back(t.get(), Txn::kLazyRow);
+        written.emplace_back(t.get(), t->row_state.exchange(Txn::kLazyRow));
       }
     });
-    for (auto [t, state] : written) t->row_state = state;
   } catch (const std::exception &e) {
+    for (auto [t, before] : written) t->row_state = before;
     // Only the views miss them; the next interval tries again.
     spdlog::warn("txns: {} rows not written: {}", todo.size(), e.what());
   }
