@@ -191,6 +191,42 @@ def test_lazy_commits_after_a_restart_number_on_from_the_durable_mark(mnt):
     assert durable_mark(mnt) == 2
 
 
+def test_where_the_mark_is_refused_lazy_commits_get_records_and_the_suffix_holds(mnt, monkeypatch):
+    """The fallback (trusted xattrs refused: an unprivileged daemon, another file system):
+    the same contract, kept by SQLite commit records. The daemon dies in the round that
+    made two lazy commits durable, before their logs go: only their records keep them."""
+    f = mnt.path / "f"
+    tl.write_file(f, b"orig")
+    mnt.umount()
+    monkeypatch.setenv("TXNFS_TEST_LAZY_RECORDS", "1")
+    with tl.crash_at("commit.after_rows:1"):
+        mnt.mount("--lazy-flush-ms", NEVER)
+    th = TxnThread()
+    try:
+        lazily(mnt, th, lambda: tl.write_file(f, b"first"))
+        lazily(mnt, th, lambda: (mnt.path / "g").write_bytes(b"g"))
+        tl.txn_sync(mnt.path)  # (the daemon dies inside)
+    finally:
+        th.close()
+    assert tl.wait_dead(mnt.pid, 10), "the crash point did not fire"
+    mnt.pid = None
+    tl.lazy_umount(mnt.path)
+    assert durable_mark(mnt) == 0
+    mnt.mount("--lazy-flush-ms", NEVER)
+    assert f.read_bytes() == b"first"
+    assert (mnt.path / "g").read_bytes() == b"g"
+    th = TxnThread()
+    try:
+        lazily(mnt, th, lambda: tl.write_file(f, b"second"))
+    finally:
+        th.close()
+    mnt.kill9()
+    monkeypatch.delenv("TXNFS_TEST_LAZY_RECORDS")
+    mnt.mount()
+    assert f.read_bytes() == b"first"
+    assert durable_mark(mnt) == 0
+
+
 def test_a_log_the_durable_mark_covers_is_committed(mnt):
     """The daemon dies right after a round's mark covers a lazy commit, its log still
     whole: fsck calls the log a committed transaction's, and recovery keeps the commit

@@ -124,10 +124,14 @@ int TxnManager::group_commit(Txn *t, bool timer) {
           marked = true;
           TXNFS_CRASH_POINT("commit.after_lazy_mark");
         } else if (lazy_durable_refused(err)) {
-          spdlog::warn("the durable mark of lazy commits cannot be written ({}): lazy commits "
-                       "get commit records in SQLite instead",
-                       std::strerror(err));
-          mark_ok = false;
+          // Commit records instead: for good where trusted xattrs are missing or not
+          // allowed, for this round when the disk is full (SQLite may still have room).
+          if (err != ENOSPC) {
+            spdlog::warn("the durable mark of lazy commits cannot be written ({}): lazy "
+                         "commits get commit records in SQLite instead",
+                         std::strerror(err));
+            mark_ok = false;
+          }
           err = 0;
         } else {
           spdlog::error("writing the durable mark of lazy commits: {}", std::strerror(err));
