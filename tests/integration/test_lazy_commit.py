@@ -131,18 +131,23 @@ def test_kill_rolls_back_lazy_commits_latest_first(mnt):
     assert not (mnt.path / "made-by-b").exists()
 
 
+def lazy_each(m, *fns):
+    """Runs each of `fns` as a lazily committed transaction of its own, on one thread."""
+    th = TxnThread()
+    try:
+        return [lazily(m, th, fn) for fn in fns]
+    finally:
+        th.close()
+
+
 def test_only_the_suffix_after_a_sync_is_lost(mnt):
     f = mnt.path / "f"
     tl.write_file(f, b"orig")
     mnt.remount("--lazy-flush-ms", NEVER)
-    th = TxnThread()
-    try:
-        lazily(mnt, th, lambda: tl.write_file(f, b"first"))
-        assert tl.txn_sync(mnt.path) == 0
-        lazily(mnt, th, lambda: tl.write_file(f, b"second"))
-        lazily(mnt, th, lambda: (mnt.path / "g").write_bytes(b"third"))
-    finally:
-        th.close()
+    lazy_each(mnt, lambda: tl.write_file(f, b"first"))
+    assert tl.txn_sync(mnt.path) == 0
+    lazy_each(mnt, lambda: tl.write_file(f, b"second"),
+              lambda: (mnt.path / "g").write_bytes(b"third"))
     mnt.kill9()
     mnt.mount()
     assert f.read_bytes() == b"first"
@@ -167,24 +172,15 @@ def test_lazy_commits_after_a_restart_number_on_from_the_durable_mark(mnt):
     f = mnt.path / "f"
     tl.write_file(f, b"orig")
     mnt.remount("--lazy-flush-ms", NEVER)
-    th = TxnThread()
-    try:
-        lazily(mnt, th, lambda: tl.write_file(f, b"one"))
-        lazily(mnt, th, lambda: tl.write_file(f, b"two"))
-        assert durable_mark(mnt) == 0
-        assert tl.txn_sync(mnt.path) == 0
-        assert durable_mark(mnt) == 2
-    finally:
-        th.close()
+    lazy_each(mnt, lambda: tl.write_file(f, b"one"), lambda: tl.write_file(f, b"two"))
+    assert durable_mark(mnt) == 0
+    assert tl.txn_sync(mnt.path) == 0
+    assert durable_mark(mnt) == 2
     mnt.kill9()
     mnt.mount("--lazy-flush-ms", NEVER)
     assert f.read_bytes() == b"two"
-    th = TxnThread()
-    try:
-        lazily(mnt, th, lambda: tl.write_file(f, b"three"))
-        assert lazy_status(mnt)["not_durable"] == 1
-    finally:
-        th.close()
+    lazy_each(mnt, lambda: tl.write_file(f, b"three"))
+    assert lazy_status(mnt)["not_durable"] == 1
     mnt.kill9()
     mnt.mount()
     assert f.read_bytes() == b"two"
@@ -201,13 +197,9 @@ def test_where_the_mark_is_refused_lazy_commits_get_records_and_the_suffix_holds
     monkeypatch.setenv("TXNFS_TEST_LAZY_RECORDS", "1")
     with tl.crash_at("commit.after_rows:1"):
         mnt.mount("--lazy-flush-ms", NEVER)
-    th = TxnThread()
-    try:
-        lazily(mnt, th, lambda: tl.write_file(f, b"first"))
-        lazily(mnt, th, lambda: (mnt.path / "g").write_bytes(b"g"))
-        tl.txn_sync(mnt.path)  # (the daemon dies inside)
-    finally:
-        th.close()
+    lazy_each(mnt, lambda: tl.write_file(f, b"first"),
+              lambda: (mnt.path / "g").write_bytes(b"g"))
+    tl.txn_sync(mnt.path)  # (the daemon dies inside)
     assert tl.wait_dead(mnt.pid, 10), "the crash point did not fire"
     mnt.pid = None
     tl.lazy_umount(mnt.path)
@@ -215,11 +207,7 @@ def test_where_the_mark_is_refused_lazy_commits_get_records_and_the_suffix_holds
     mnt.mount("--lazy-flush-ms", NEVER)
     assert f.read_bytes() == b"first"
     assert (mnt.path / "g").read_bytes() == b"g"
-    th = TxnThread()
-    try:
-        lazily(mnt, th, lambda: tl.write_file(f, b"second"))
-    finally:
-        th.close()
+    lazy_each(mnt, lambda: tl.write_file(f, b"second"))
     mnt.kill9()
     monkeypatch.delenv("TXNFS_TEST_LAZY_RECORDS")
     mnt.mount()
@@ -236,11 +224,7 @@ def test_a_log_the_durable_mark_covers_is_committed(mnt):
     mnt.umount()
     with tl.crash_at("commit.after_lazy_mark:1"):
         mnt.mount("--lazy-flush-ms", "20")
-    th = TxnThread()
-    try:
-        lazily(mnt, th, lambda: tl.write_file(f, b"lazy"))
-    finally:
-        th.close()
+    lazy_each(mnt, lambda: tl.write_file(f, b"lazy"))
     assert tl.wait_dead(mnt.pid, 10), "the crash point did not fire"
     mnt.pid = None
     tl.lazy_umount(mnt.path)
