@@ -14,10 +14,10 @@
 //     changes that reached the table before the crash are applied again harmlessly;
 //   - every other change of the handle table writes the kept ones first, so the table
 //     never holds a change that a kept one would undo.
-// A group-commit round that only the lazy-commit timer asked for syncs the journal
-// instead of writing what is kept to SQLite (MetaDb::sync(false)): the rows of what it
-// makes durable are durable through the journal. Between syncs a power cut may lose the
-// tail of both
+// A group-commit round that only the lazy-commit timer asked for does not write what is
+// kept to SQLite: the rows of what it makes durable are durable through the journal,
+// which the round's syncfs covers (and MetaDb::sync(false) fdatasyncs where the round
+// writes commit records). Between syncs a power cut may lose the tail of both
 // (docs/crash-model.md: the next lookup recreates a lost row; fsck reports a row whose
 // removal was lost, and --repair drops it).
 #pragma once

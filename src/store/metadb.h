@@ -99,8 +99,8 @@ class MetaDb {
   // writes what is kept in one SQLite transaction; the journal keeps it until it is
   // durable there (flush_handles(true), or a sync() that finds nothing kept). Every
   // other operation on the handle table and sync() flush first -- sync(false) syncs the
-  // journal instead (recovery replays it); handle() sees kept changes. The daemon flushes every StepMirror::kInterval; at most
-  // kMaxKeptHandles are kept.
+  // journal instead (recovery replays it); handle() sees kept changes. The daemon
+  // flushes every StepMirror::kInterval; at most kMaxKeptHandles are kept.
   void defer_handles(std::unique_ptr<HandleJournal> journal);
   // `settle`: then also makes them durable and empties the journal (the periodic flush).
   void flush_handles(bool settle = false);
