@@ -140,7 +140,7 @@ int txnfs_begin3(const char *mount_path, unsigned flags, pid_t pid, uint32_t loc
  * Shape: {"transactions":[{"id":1,"state":"active","uid":0,"pid":123,"flags":1,
  *   "age_ms":5,"ops":3,"backup_bytes":4096,"locks_held":2,"locks_waiting":0,"error":0}],
  *  "counters":{"commits":0,"aborts":0,"deadlocks":0,"timeouts":0,"recoveries":0,
- *   "lazy_commits":0,"lazy_flushes":0},
+ *   "lazy_commits":0,"lazy_flushes":0,"lazy_commits_here":0},
  *  "lazy":{"not_durable":0,"oldest_ms":0,"flush_ms":5}} */
 int txnfs_status_json(const char *mount_path, char *buf, size_t len);
 

@@ -50,7 +50,9 @@
 //   - kernel notifications (fuse_lowlevel_notify_*) are sent only by the Invalidator,
 //     holding nothing -- from its thread, or from a flush() on a thread that serves no
 //     requests (a commit on the control pool): the kernel may hold a directory lock that
-//     a request waiting for us holds;
+//     a request waiting for us holds. One kind waits for no kernel lock and may be sent
+//     from a thread that serves requests: the attributes of a directory whose listing the
+//     kernel never cached (Invalidator::inode_now, by a lazy commit: commit_here);
 //   - other libraries' mutexes (libfuse, spdlog, SQLite) are leaves below all of ours.
 //
 // Enforcement: clang's thread-safety analysis checks GUARDED_BY/REQUIRES/EXCLUDES at

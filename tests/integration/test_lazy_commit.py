@@ -337,3 +337,80 @@ def test_durable_commit_that_changed_nothing_makes_earlier_lazy_commits_durable(
     mnt.kill9()
     mnt.mount()
     assert (mnt.path / "lazy").read_bytes() == b"l"
+
+
+def here_count(m) -> int:
+    return tl.txn_status(m.path)["counters"]["lazy_commits_here"]
+
+
+def test_a_lazy_commit_that_only_made_objects_ends_on_the_request_thread(mnt):
+    # The directory's attributes are the only thing the kernel must drop, and it never
+    # cached a listing of it: the commit runs on the thread that read it
+    # (TxnManager::commit_here) and drops them itself, before it replies.
+    d = mnt.path / "d"
+    d.mkdir()
+    before = os.stat(d)
+    base = here_count(mnt)
+    th = TxnThread()
+    try:
+        tid = th(lambda: tl.txn_begin(mnt.path))
+        th(lambda: ((d / "sub").mkdir(), tl.write_file(d / "f", b"made")))
+        # Another process's view now: the committed one.
+        assert os.stat(d).st_nlink == before.st_nlink
+        assert sorted(os.listdir(d)) == []
+        assert th(lambda: tl.txn_commit_lazy(mnt.path, tid)) == 0
+    finally:
+        th.close()
+    assert here_count(mnt) == base + 1
+    # At once: the commit's attributes, names and data.
+    st = os.stat(d)
+    assert st.st_nlink == before.st_nlink + 1
+    assert st.st_mtime_ns == os.stat(mnt.store.tree / "d").st_mtime_ns
+    assert sorted(os.listdir(d)) == ["f", "sub"]
+    assert (d / "f").read_bytes() == b"made"
+
+
+def test_a_lazy_commit_in_a_directory_whose_listing_is_cached_drops_the_listing(mnt):
+    # A listing the kernel may cache (a plain open of the directory while no transaction
+    # was open), read again during the transaction: the commit drops the directory's
+    # pages, which may wait for the kernel's page locks, so it runs on the control pool.
+    # (The kernel also drops a listing by itself once it sees the directory's new mtime
+    # or change count.)
+    d = mnt.path / "d"
+    d.mkdir()
+    tl.write_file(d / "a", b"a")
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)  # its listing may be cached
+    try:
+        assert sorted(os.listdir(fd)) == ["a"]
+        base = here_count(mnt)
+        th = TxnThread()
+        try:
+            tid = th(lambda: tl.txn_begin(mnt.path))
+            th(lambda: tl.write_file(d / "b", b"b"))
+            os.lseek(fd, 0, os.SEEK_SET)
+            assert sorted(os.listdir(fd)) == ["a"]  # committed view, now in the cache
+            assert th(lambda: tl.txn_commit_lazy(mnt.path, tid)) == 0
+        finally:
+            th.close()
+        assert here_count(mnt) == base
+        # Through the open directory first: a path walk would refresh its attributes,
+        # and the kernel drops a listing cached under another mtime by itself.
+        os.lseek(fd, 0, os.SEEK_SET)
+        assert sorted(os.listdir(fd)) == ["a", "b"]
+        assert sorted(os.listdir(d)) == ["a", "b"]
+    finally:
+        os.close(fd)
+
+
+def test_a_lazy_commit_that_removed_a_name_ends_on_the_control_pool(mnt):
+    # The kernel must drop the name, which takes the directory's lock: never on a thread
+    # that serves requests. The name is gone for everyone once the commit returns.
+    d = mnt.path / "d"
+    d.mkdir()
+    tl.write_file(d / "gone", b"x")
+    assert (d / "gone").exists()  # the kernel caches the name
+    base = here_count(mnt)
+    lazy_each(mnt, lambda: os.unlink(d / "gone"))
+    assert here_count(mnt) == base
+    assert not (d / "gone").exists()
+    assert os.listdir(d) == []

@@ -44,6 +44,17 @@ void Invalidator::entry(uint64_t parent, const std::string &name) {
 
 void Invalidator::post() { cv_.notify_one(); }
 
+bool Invalidator::quick(uint64_t nodeid) {
+  InodePtr i = inodes_.get(nodeid);
+  return !i || (S_ISDIR(i->type) && !i->listing_cached.load());
+}
+
+void Invalidator::inode_now(uint64_t nodeid) {
+  // Offset -1: the attributes (and cached ACLs) only. The kernel takes no lock for
+  // that but its inode hash's; it holds no page of such a directory to drop.
+  if (se_) fuse_lowlevel_notify_inval_inode(se_, nodeid, -1, 0);
+}
+
 void Invalidator::xattrs_restored(uint64_t nodeid) {
   if (InodePtr i = inodes_.get(nodeid)) i->default_acl = Inode::kUnknown;
 }

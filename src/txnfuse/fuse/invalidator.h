@@ -3,6 +3,8 @@
 // calls take kernel locks that a request handler (or a request waiting on our locks)
 // may hold. A commit queues its invalidations and sends them itself (flush(), on the
 // control pool); a request handler that cannot wait posts them to a thread of its own.
+// The one kind that waits for nothing -- the attributes of a directory whose listing the
+// kernel never cached -- a lazy commit may send at once from a ring thread (quick()).
 // An object an abort removed (its transaction had created it) is also marked gone in
 // the daemon's inode table, at once (see Inode::gone).
 #pragma once
@@ -36,6 +38,8 @@ class Invalidator final : public CacheInvalidator {
   // still queued itself rather than waking the thread and waiting for it: it would
   // wait for the same kernel calls, holding nothing either way.
   void flush() override EXCLUDES(mu_);
+  bool quick(uint64_t nodeid) override;
+  void inode_now(uint64_t nodeid) override;
   void post() override;
   void gone(uint64_t nodeid) override;
   void xattrs_restored(uint64_t nodeid) override;

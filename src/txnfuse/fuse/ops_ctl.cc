@@ -46,9 +46,32 @@ void op_ioctl(fuse_req_t req, fuse_ino_t, unsigned int cmd, void *, fuse_file_in
   // reply_when_quiet.)
   bool waits = cmd == TXNFS_IOC_COMMIT || cmd == TXNFS_IOC_ABORT ||
                cmd == TXNFS_IOC_COMMIT2 || cmd == TXNFS_IOC_SYNC;
-  if (waits && !fs.control.mine() && park::current())
-    return fs.control.post(park::current()->capture());
   TxnManager &tm = *fs.txns;
+  if (waits && !fs.control.mine() && park::current()) {
+    // A lazy commit that waits for nothing runs here, sparing two hand-offs between
+    // threads (TxnManager::commit_here says when).
+    txnfs_ioc_commit c;
+    if (cmd == TXNFS_IOC_COMMIT2 && in_bufsz >= sizeof c) {
+      std::memcpy(&c, in_buf, sizeof c);
+      int err = 0;
+      TxnPtr later;
+      switch (c.reserved ? TxnManager::Here::kNo
+                         : tm.commit_here(fuse_req_ctx(req)->uid, c.id, c.flags, &err, &later)) {
+        case TxnManager::Here::kDone:
+          if (err) return (void)fuse_reply_err(req, err);
+          return (void)fuse_reply_ioctl(req, 0, nullptr, 0);
+        case TxnManager::Here::kLater:
+          return fs.control.post([&tm, req, err, later] {
+            tm.end_later(*later);
+            if (err) return (void)fuse_reply_err(req, err);
+            fuse_reply_ioctl(req, 0, nullptr, 0);
+          });
+        case TxnManager::Here::kNo:
+          break;
+      }
+    }
+    return fs.control.post(park::current()->capture());
+  }
   const fuse_ctx *ctx = fuse_req_ctx(req);
   auto in = [&](auto &v) {
     if (in_bufsz < sizeof v) return false;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,7 +57,18 @@ void op_opendir(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   }
   fi->fh = reinterpret_cast<uint64_t>(d.release());
   Op op(req);  // only to learn whether the listing may be cached
-  fi->cache_readdir = op.cacheable() && !op.fs().txns->any_open();
+  TxnManager &tm = *op.fs().txns;
+  bool cache = op.cacheable() && !tm.any_open();
+  if (cache) {
+    // Marked before asking again whether a transaction is open (a fence between the
+    // two): a transaction that began after that question finds the mark set when it
+    // commits (commit_here). Rarely one begins between the two questions: marked, not
+    // cached.
+    i->listing_cached.store(true);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    cache = !tm.any_open();
+  }
+  fi->cache_readdir = cache;
   fi->keep_cache = fi->cache_readdir;
   fuse_reply_open(req, fi);
 }

@@ -80,6 +80,11 @@ struct Inode {
   // mapping (TxnManager::write_back_mapped). A read(2) of whole pages sets it too: it
   // only costs that transaction's commit one invalidation of the object.
   std::atomic<bool> paged{false};
+  // Set for good before the kernel may first cache a listing of the directory
+  // (op_opendir, cache_readdir): while it is clear the kernel holds no page of the
+  // directory, so invalidating its attributes is all an invalidation of it needs, and that
+  // waits for no kernel lock (CacheInvalidator::quick).
+  std::atomic<bool> listing_cached{false};
   // A directory's default ACL as creations in it last found it (creation_mode): kNoAcl,
   // kAcl, or kUnknown (not read yet, or an xattr of it changed since: op_setxattr and
   // op_removexattr reset it, and a rollback that restored its xattrs, before its locks

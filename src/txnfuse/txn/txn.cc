@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -145,7 +146,8 @@ int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, ui
       proc_cache_.clear();
     }
   }
-  open_count_.fetch_add(1, std::memory_order_acq_rel);
+  // (seq_cst: op_opendir marks a directory, then asks any_open(); see commit_here)
+  open_count_.fetch_add(1, std::memory_order_seq_cst);
   *id = txid;
   return 0;
 }
@@ -250,7 +252,7 @@ int TxnManager::info(uid_t uid, uint64_t id, struct txnfs_info *out) {
 // Ends `t`: makes a commit durable (or, lazy, queues it to become durable), or rolls
 // back; then releases its locks, drops what the kernel cached about its changes, and
 // unbinds it.
-int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
+int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
   // Once no request of `t` is in flight nothing else changes what it recorded (enter()
   // refuses new ones): take what the commit or rollback needs, then let go of t->mu,
   // which must not be held across SQLite, syncs and the undo executor.
@@ -334,39 +336,98 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy) {
   }
   env_.view.forget(t->id());
   env_.locks.release_all(*t);
+  Invalidations inv;
   {
-    // Each object and each name once: a transaction that made thousands of files in one
-    // directory drops that directory's attributes and listing once, not per name.
-    // An object the transaction made was reachable by it alone, so what the kernel
-    // caches of it is what the commit made committed: only an abort drops it (and its
-    // pages, which a read after the commit would otherwise find).
     MutexLock g(t->mu);
-    for (auto &[nodeid, o] : t->objects)
-      if (!commit || !o.created) env_.cache->inode(nodeid);
-    // An abort drops the pages of its shared mappings too (txn_writers.cc): dirty ones
-    // come back as WRITEs it refuses, and the next fault reads the rolled-back data.
-    if (!commit)
-      for (auto &[nodeid, i] : t->opened_for_writing)
-        if (i->paged.load(std::memory_order_relaxed) && !t->objects.count(nodeid))
-          env_.cache->inode(nodeid);
-    uint64_t last_dir = 0;
-    for (auto &[key, made] : t->entries) {
-      auto &[dir, name] = key;
-      // A name that holds what the transaction made there: the kernel's dentry of it is
-      // the one the creation filled in, with no lifetime (or, in a directory the
-      // transaction made, one no one else could reach), so after a commit it is right.
-      if (!(commit && made)) env_.cache->entry(dir, name);
-      // (also drops the kernel's cached listing of dir; `entries` is sorted by dir)
-      if (dir != last_dir && !t->objects.count(dir)) env_.cache->inode(dir);
-      last_dir = dir;
-    }
+    inv = end_invalidations(*t, commit);
   }
   // Before the caller hears the outcome: its next request must not find a name the
   // kernel still maps to what it meant inside the transaction (locks are released,
-  // so no request the invalidations wait for is waiting for us).
-  env_.cache->flush();
+  // so no request the invalidations wait for is waiting for us). On a thread that
+  // serves requests only what waits for no kernel lock is sent (commit_here).
+  bool now = here && commit && std::all_of(inv.begin(), inv.end(), [this](auto &i) {
+               return i.second.empty() && env_.cache->quick(i.first);
+             });
+  if (now) {
+    for (auto &i : inv) env_.cache->inode_now(i.first);
+  } else {
+    for (auto &[node, name] : inv) {
+      if (name.empty()) env_.cache->inode(node);
+      else env_.cache->entry(node, name);
+    }
+    if (here) {
+      *here = true;  // end_later() sends them
+      return err;
+    }
+    env_.cache->flush();
+  }
   unbind(*t);
   return err;
+}
+
+void TxnManager::end_later(Txn &t) {
+  env_.cache->flush();
+  unbind(t);
+}
+
+// Each object and each name once: a transaction that made thousands of files in one
+// directory drops that directory's attributes and listing once, not per name.
+TxnManager::Invalidations TxnManager::end_invalidations(Txn &t, bool commit) {
+  Invalidations inv;
+  // An object the transaction made was reachable by it alone, so what the kernel
+  // caches of it is what the commit made committed: only an abort drops it (and its
+  // pages, which a read after the commit would otherwise find).
+  for (auto &[nodeid, o] : t.objects)
+    if (!commit || !o.created) inv.emplace_back(nodeid, std::string());
+  // An abort drops the pages of its shared mappings too (txn_writers.cc): dirty ones
+  // come back as WRITEs it refuses, and the next fault reads the rolled-back data.
+  if (!commit)
+    for (auto &[nodeid, i] : t.opened_for_writing)
+      if (i->paged.load(std::memory_order_relaxed) && !t.objects.count(nodeid))
+        inv.emplace_back(nodeid, std::string());
+  uint64_t last_dir = 0;
+  for (auto &[key, made] : t.entries) {
+    auto &[dir, name] = key;
+    // A name that holds what the transaction made there: the kernel's dentry of it is
+    // the one the creation filled in, with no lifetime (or, in a directory the
+    // transaction made, one no one else could reach), so after a commit it is right.
+    if (!(commit && made)) inv.emplace_back(dir, name);
+    // (also drops the kernel's cached listing of dir; `entries` is sorted by dir)
+    if (dir != last_dir && !t.objects.count(dir)) inv.emplace_back(dir, std::string());
+    last_dir = dir;
+  }
+  return inv;
+}
+
+TxnManager::Here TxnManager::commit_here(uid_t uid, uint64_t id, unsigned flags, int *err,
+                                         TxnPtr *later) {
+  if (flags != TXNFS_COMMIT_LAZY) return Here::kNo;
+  TxnPtr t = find(id);
+  if (!t || (uid != 0 && uid != t->uid) || t->wants_durable.load()) return Here::kNo;
+  {
+    // Decided under t->mu, which enter() takes: once it is committing no request of it
+    // starts. One still in flight (the RELEASE of a file it closed, served on another
+    // thread) finish() waits for, which is safe here: it waits for no request queued
+    // behind this one, as it has not started. What it changes of the invalidations,
+    // finish() finds and leaves to the control pool; if it is an fsync, the commit turns
+    // durable, still here: the group commit waits for the disk, not for requests.
+    MutexLock g(t->mu);
+    if (t->state.load() != TXNFS_ACTIVE) return Here::kNo;
+    for (auto &[nodeid, i] : t->opened_for_writing)
+      if (i->paged.load(std::memory_order_relaxed)) return Here::kNo;  // write_back_mapped
+    for (auto &[node, name] : end_invalidations(*t, true))
+      if (!name.empty() || !env_.cache->quick(node)) return Here::kNo;
+    int expected = TXNFS_ACTIVE;
+    if (!t->state.compare_exchange_strong(expected, TXNFS_COMMITTING)) return Here::kNo;
+  }
+  bool deferred = false;
+  *err = finish(t, true, true, &deferred);
+  if (!deferred) {
+    lazy_commits_here_++;
+    return Here::kDone;
+  }
+  *later = std::move(t);
+  return Here::kLater;
 }
 
 // At commit, before the locks go (also for a lazy commit: a later transaction may reuse

@@ -203,6 +203,19 @@ class TxnManager {
   }
   // flags: TXNFS_COMMIT_LAZY or 0 (durable).
   int commit(uid_t uid, uint64_t id, unsigned flags = 0);
+  // A lazy commit run by a thread that serves requests (ops_ctl.cc), which must not wait
+  // for another request or for a kernel lock a request queued behind it may hold. It
+  // runs here only if none of it can: no request of the transaction in flight, no shared
+  // mapping to write back, and nothing for the kernel to drop but the attributes of
+  // directories whose listings it never cached (CacheInvalidator::quick) -- a transaction
+  // that only made objects in directories others had not listed. Otherwise kNo, and
+  // nothing is done: commit() on the control pool. kDone: *err is the outcome. kLater
+  // (the commit failed and was rolled back here, or the kernel came to list a directory
+  // meanwhile): the kernel's invalidations are queued; end_later(*later) on the control
+  // pool, then reply *err.
+  enum class Here { kNo, kDone, kLater };
+  Here commit_here(uid_t uid, uint64_t id, unsigned flags, int *err, TxnPtr *later);
+  void end_later(Txn &t);
   // Makes every lazy commit made so far durable (txnfs sync, plain fsync, a plain change
   // while lazy commits are pending). 0 or the errno of the failed sync.
   int sync() EXCLUDES(gc_mu_);
@@ -262,7 +275,13 @@ class TxnManager {
 
  private:
   TxnPtr find(uint64_t id) EXCLUDES(mu_);
-  int finish(TxnPtr t, bool commit, bool lazy = false);
+  // `here`: the caller serves requests (commit_here); the invalidations are sent at
+  // once if all are quick, else queued, *here set, and left to end_later().
+  int finish(TxnPtr t, bool commit, bool lazy = false, bool *here = nullptr);
+  // What the kernel must drop once `t` ends (see finish): (nodeid, name) pairs, an
+  // empty name for the object itself.
+  using Invalidations = std::vector<std::pair<uint64_t, std::string>>;
+  Invalidations end_invalidations(Txn &t, bool commit) REQUIRES(t.mu);
   int durable_commit(Txn &t) EXCLUDES(gc_mu_);
   // One group-commit round at a time: makes `t` (if any) and every lazy commit queued
   // before the round durable. `timer`: asked for by the flusher alone; a round that only
@@ -347,7 +366,7 @@ class TxnManager {
   bool forget_records_done() EXCLUDES(gc_mu_);
 
   std::atomic<uint64_t> commits_{0}, aborts_{0}, owner_exits_{0}, lazy_commits_{0},
-      lazy_flushes_{0};
+      lazy_flushes_{0}, lazy_commits_here_{0};
 };
 
 }  // namespace txnfs

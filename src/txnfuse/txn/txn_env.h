@@ -35,6 +35,12 @@ class CacheInvalidator {
   virtual void entry(uint64_t parent, const std::string &name) = 0;
   // Sends everything queued so far, and returns once it has been sent.
   virtual void flush() = 0;
+  // Whether invalidating the object `nodeid` waits for no lock of the kernel's: a
+  // directory whose listing the kernel never cached (only its attributes go), or an
+  // object the kernel does not know. inode_now() sends such an invalidation at once,
+  // from any thread -- also one that serves requests (TxnManager::commit_here).
+  virtual bool quick(uint64_t nodeid) = 0;
+  virtual void inode_now(uint64_t nodeid) = 0;
   // Has another thread send what is queued, for a caller that must not wait for the kernel.
   virtual void post() = 0;
   virtual void gone(uint64_t nodeid) = 0;
@@ -52,6 +58,8 @@ class NoCache final : public CacheInvalidator {
   void inode(uint64_t) override {}
   void entry(uint64_t, const std::string &) override {}
   void flush() override {}
+  bool quick(uint64_t) override { return true; }
+  void inode_now(uint64_t) override {}
   void post() override {}
   void gone(uint64_t) override {}
   void xattrs_restored(uint64_t) override {}
