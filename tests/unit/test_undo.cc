@@ -1218,6 +1218,14 @@ TEST_CASE("logged_transactions lists decimal log directories in order; discard_l
   }
   CHECK(logged_transactions(e.backups_fd).empty());
   CHECK(e.undo(30).steps == 0);  // no log: nothing to undo
+  {
+    build_tree(e, "y");
+    Recording t(e, 77);
+    t.make("y/made", 'f');  // records only (xattrs of the log): removed by one rmdir
+  }
+  CHECK(e.has_log(77));
+  discard_log(ctx, 77);
+  CHECK(!e.has_log(77));
 }
 
 TEST_CASE("damaged records and missing data objects are reported, the rest undone") {
