@@ -204,11 +204,12 @@ class TxnManager {
   // flags: TXNFS_COMMIT_LAZY or 0 (durable).
   int commit(uid_t uid, uint64_t id, unsigned flags = 0);
   // A lazy commit run by a thread that serves requests (ops_ctl.cc), which must not wait
-  // for another request or for a kernel lock a request queued behind it may hold. It
-  // runs here only if none of it can: no request of the transaction in flight, no shared
-  // mapping to write back, and nothing for the kernel to drop but the attributes of
+  // for a request queued behind it or for a kernel lock such a request may hold. It runs
+  // here only if none of it can: no shared mapping to write back (its WRITEs would queue
+  // behind this one), and nothing for the kernel to drop but the attributes of
   // directories whose listings it never cached (CacheInvalidator::quick) -- a transaction
-  // that only made objects in directories others had not listed. Otherwise kNo, and
+  // that only made objects in directories others had not listed. (Its requests still in
+  // flight are served by other threads; finish() waits for them.) Otherwise kNo, and
   // nothing is done: commit() on the control pool. kDone: *err is the outcome. kLater
   // (the commit failed and was rolled back here, or the kernel came to list a directory
   // meanwhile): the kernel's invalidations are queued; end_later(*later) on the control
