@@ -295,7 +295,22 @@ std::unique_ptr<MetaDb> MetaDb::open(const std::string &path, bool readonly) {
       throw Error(fmt::format("metadata database {} is corrupt: {}", path, result),
                   "restore it from a backup (txnfs never overwrites it)");
   }
-  if (!readonly) m->exec("PRAGMA synchronous = NORMAL");
+  if (!readonly) {
+    // Durability rests on the WAL (sync_files): a database someone switched to another
+    // journal mode is switched back, or refused.
+    sqlite3_stmt *s = nullptr;
+    std::string mode;
+    rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &s, nullptr);
+    if (rc == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0))
+      mode = reinterpret_cast<const char *>(sqlite3_column_text(s, 0));
+    std::string err = sqlite3_errmsg(db);
+    sqlite3_finalize(s);
+    if (mode != "wal")
+      throw Error(fmt::format("metadata database {} cannot use its write-ahead log: {}", path,
+                              mode.empty() ? err : "journal mode " + mode),
+                  "another program may hold it open; stop it and mount again");
+    m->exec("PRAGMA synchronous = NORMAL");
+  }
   if (upgrade) m->upgrade_from(version);
   try {
     m->prepare_all();
@@ -717,15 +732,18 @@ void MetaDb::sync(bool write_kept) {
   }
 }
 
+// Only the WAL: every committed SQLite transaction is in it until a checkpoint copies
+// it into the database file, and with `synchronous = NORMAL` SQLite syncs the database
+// file after each checkpoint, before the WAL is reused. A sync of the database file here
+// would be one more device flush per durable commit with nothing to make durable.
 void MetaDb::sync_files() {
-  for (int op : {SQLITE_FCNTL_JOURNAL_POINTER, SQLITE_FCNTL_FILE_POINTER}) {
-    sqlite3_file *f = nullptr;
-    if (sqlite3_file_control(db_, "main", op, &f) != SQLITE_OK || !f || !f->pMethods) continue;
-    int rc = f->pMethods->xSync(f, SQLITE_SYNC_NORMAL);
-    if (rc != SQLITE_OK)
-      throw Error(fmt::format("fsync of {}{}: {}", path_,
-                              op == SQLITE_FCNTL_JOURNAL_POINTER ? "-wal" : "", sqlite3_errstr(rc)));
-  }
+  sqlite3_file *f = nullptr;
+  if (sqlite3_file_control(db_, "main", SQLITE_FCNTL_JOURNAL_POINTER, &f) != SQLITE_OK || !f ||
+      !f->pMethods)
+    return;
+  int rc = f->pMethods->xSync(f, SQLITE_SYNC_NORMAL);
+  if (rc != SQLITE_OK)
+    throw Error(fmt::format("fsync of {}-wal: {}", path_, sqlite3_errstr(rc)));
 }
 
 }  // namespace txnfs

@@ -190,7 +190,7 @@ class MetaDb {
   RecursiveMutex mu_{LockRank::kMetaDb};
   int tx_depth_ GUARDED_BY(mu_) = 0;
   void write_handle(const HandleRow &row) REQUIRES(mu_);
-  void sync_files() REQUIRES(mu_);  // fsync of the WAL and the database
+  void sync_files() REQUIRES(mu_);  // fsync of the WAL (all a commit needs: see there)
   std::unique_ptr<HandleJournal> journal_ GUARDED_BY(mu_);
   void keep(HandleChange change) REQUIRES(mu_);
   std::vector<HandleChange> kept_ GUARDED_BY(mu_);         // in the order of the calls

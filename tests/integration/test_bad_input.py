@@ -201,6 +201,28 @@ def test_mount_unknown_schema_version(store, xfs):
         m.close()
 
 
+def test_db_out_of_wal_mode_is_put_back(store, xfs):
+    """A commit is durable by the sync of SQLite's WAL alone, so a database another
+    program switched to a rollback journal is switched back to WAL when it is opened for
+    writing, and what was committed through it stays."""
+    store.execute("PRAGMA journal_mode = DELETE")
+    assert store.query("PRAGMA journal_mode")[0]["journal_mode"] == "delete"
+    m = tl.Mount(store, xfs.tmp / "mnt", xfs.tmp / "txnfs.pid")
+    try:
+        m.mount()
+        assert store.query("PRAGMA journal_mode")[0]["journal_mode"] == "wal"
+        tl.write_file(m.path / "kept", b"committed")
+        m.umount()
+        store.execute("PRAGMA journal_mode = DELETE")
+        p = store.fsck()
+        assert p.returncode == 0, tl.output_of(p)
+        assert store.query("PRAGMA journal_mode")[0]["journal_mode"] == "wal"
+        m.mount()
+        assert (m.path / "kept").read_bytes() == b"committed"
+    finally:
+        m.close()
+
+
 def test_second_mount_refused(mnt, xfs, other_mountpoint):
     (mnt.path / "f").write_bytes(b"first mount")
     os.sync()
