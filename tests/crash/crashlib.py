@@ -632,9 +632,7 @@ class Env:
         self.store = tl.Store(self.xfs / "store").init()
         self.proc: subprocess.Popen | None = None
         self.log_file: Path | None = None
-        self.fuse_conn = None          # st_dev of the FUSE mount: its fusectl directory
         self.aborted_connections = 0
-        self.mounted_fusectl = False
         self.stuck_in: list[str] = []   # kernel waits of daemons that survived SIGKILL
 
     # -- XFS --------------------------------------------------------------
@@ -714,7 +712,6 @@ class Env:
         deadline = t0 + timeout
         while time.monotonic() < deadline:
             if tl.is_mounted(self.mnt):
-                self.fuse_conn = os.stat(self.mnt).st_dev
                 return None, time.monotonic() - t0
             rc = self.proc.poll()
             if rc is not None:
@@ -737,14 +734,12 @@ class Env:
         return ",".join(sorted(set(out))) or "?"
 
     def abort_connection(self):
-        conns = Path("/sys/fs/fuse/connections")
-        if not any(conns.iterdir()):
-            tl.run(["mount", "-t", "fusectl", "none", conns])
-            self.mounted_fusectl = True     # unmounted again by close()
-        abort = conns / str(self.fuse_conn) / "abort"
-        if abort.exists():
-            self.aborted_connections += 1
-            abort.write_text("1")
+        """What a user does with such a daemon: `txnfs umount --force` aborts the mount's
+        FUSE connection and detaches the mount point."""
+        p = tl.txnfs("umount", "--force", self.mnt, timeout=30)
+        if p.returncode != 0:
+            raise RuntimeError(f"txnfs umount --force {self.mnt}: {tl.output_of(p)}")
+        self.aborted_connections += 1
 
     @property
     def pid(self) -> int | None:
@@ -760,8 +755,8 @@ class Env:
         invalidator inside fuse_lowlevel_notify_inval_entry waits for a directory lock
         that a request holds while it waits for the daemon's answer. Nobody answers once
         the other threads are gone, so the process never exits until the FUSE connection
-        is aborted (/sys/fs/fuse/connections/N/abort) -- which is what happens here after
-        a grace period, as it would have to by hand."""
+        is aborted -- which `txnfs umount --force` does here after a grace period, as a
+        user would."""
         if self.proc is not None:
             try:
                 self.proc.send_signal(signal.SIGKILL)
@@ -857,9 +852,6 @@ class Env:
             if p.returncode != 0:
                 problems.append(f"umount {self.xfs}: {p.stderr.strip()}")
                 tl.run(["umount", "-l", self.xfs])
-        if self.mounted_fusectl:
-            tl.run(["umount", "/sys/fs/fuse/connections"])
-            self.mounted_fusectl = False
         for _ in range(50):
             loops = [ln.split(":", 1)[0] for ln in
                      tl.run(["losetup", "-j", self.image]).stdout.splitlines() if ln.strip()]

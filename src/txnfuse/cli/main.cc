@@ -1,8 +1,4 @@
 // txnfs — the command-line entry point: one subcommand per user-facing action.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +7,7 @@
 
 #include "txnfuse/cli/cli_recovery.h"
 #include "txnfuse/cli/cli_txn.h"
+#include "txnfuse/cli/cli_umount.h"
 #include "store/crash_point.h"
 #include "txnfuse/fuse/daemon.h"
 #include "store/error.h"
@@ -18,22 +15,6 @@
 #include "store/store.h"
 
 using namespace txnfs;
-
-namespace {
-
-int cmd_umount(const std::string &mountpoint) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execlp("fusermount3", "fusermount3", "-u", mountpoint.c_str(), nullptr);
-    std::perror("txnfs: error: cannot run fusermount3");
-    ::_exit(127);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
-}
-
-}  // namespace
 
 int main(int argc, char **argv) {
   CLI::App app{"txnfs — a transactional file system (FUSE over XFS with reflink)"};
@@ -94,8 +75,13 @@ int main(int argc, char **argv) {
       ->check(CLI::Range(int64_t(1), int64_t(TxnLimits::kMaxLazyFlush.count())))
       ->capture_default_str();
 
+  bool force_umount = false;
   auto *umount = app.add_subcommand("umount", "Unmount a txnfs mount point");
   umount->add_option("MOUNTPOINT", mountpoint, "the mount point")->required();
+  umount->add_flag("--force", force_umount,
+                   "for a daemon that is dead or does not answer: abort the mount's FUSE "
+                   "connection (waiting requests fail with ENOTCONN, the daemon exits) and "
+                   "detach the mount point; the next mount rolls back what was open");
 
   bool repair = false, accept_damage = false;
   auto *fsck = app.add_subcommand("fsck", "Check that the database, the tree and the recovery "
@@ -151,7 +137,7 @@ int main(int argc, char **argv) {
       mo.lazy_flush = std::chrono::milliseconds(lazy_flush_ms);
       return run_mount(mo);
     }
-    if (*umount) return cmd_umount(mountpoint);
+    if (*umount) return cli::umount_command(mountpoint, force_umount);
     if (*fsck) return cli::fsck_command(store, repair, accept_damage);
     if (*recover) return cli::recover_command(store, force, verbose);
     if (*crash_points) return cli::crash_points_command();

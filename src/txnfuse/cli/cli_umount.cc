@@ -1,0 +1,135 @@
+// txnfs umount: see cli_umount.h.
+#include "txnfuse/cli/cli_umount.h"
+
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "store/error.h"
+
+namespace txnfs::cli {
+namespace {
+
+constexpr const char *kConnections = "/sys/fs/fuse/connections";
+
+// A path field of /proc/self/mountinfo: space, tab, newline and backslash come as \ooo.
+std::string unescape(const std::string &s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    auto octal = [&](size_t k) { return k < s.size() && s[k] >= '0' && s[k] <= '7'; };
+    if (s[i] == '\\' && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      out += char((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+struct MountEntry {
+  std::string fstype;  // e.g. "fuse.txnfs"
+  unsigned long connection = 0;  // its directory under /sys/fs/fuse/connections
+};
+
+// The topmost mount at `path` (absolute, normalised), or none.
+std::optional<MountEntry> find_mount(const std::string &path) {
+  std::ifstream in("/proc/self/mountinfo");
+  if (!in) throw Error(errno, "cannot read /proc/self/mountinfo");
+  std::optional<MountEntry> found;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string id, parent, dev, root, point, word;
+    f >> id >> parent >> dev >> root >> point;
+    while (f >> word && word != "-") {
+    }
+    std::string fstype;
+    f >> fstype;
+    if (unescape(point) != path) continue;
+    unsigned major = 0, minor = 0;
+    if (std::sscanf(dev.c_str(), "%u:%u", &major, &minor) != 2) continue;
+    // fusectl names a connection by the kernel's dev_t of the mount: major << 20 | minor.
+    found = MountEntry{fstype, (static_cast<unsigned long>(major) << 20) | minor};
+  }
+  return found;
+}
+
+bool fusectl_mounted() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find(std::string(" ") + kConnections + " ") != std::string::npos &&
+        line.find(" - fusectl ") != std::string::npos)
+      return true;
+  return false;
+}
+
+int fusermount_u(const std::string &mountpoint) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execlp("fusermount3", "fusermount3", "-u", mountpoint.c_str(), nullptr);
+    std::perror("txnfs: error: cannot run fusermount3");
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int umount_command(const std::string &mountpoint, bool force) {
+  if (!force) return fusermount_u(mountpoint);
+
+  // Normalised without resolving anything on the mount (that could hang).
+  std::string path = std::filesystem::absolute(mountpoint).lexically_normal().string();
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  std::optional<MountEntry> m = find_mount(path);
+  if (!m) throw Error(fmt::format("{} is not a mount point", path));
+  if (m->fstype != "fuse.txnfs")
+    throw Error(fmt::format("{} is not a txnfs mount (it is {})", path, m->fstype),
+                "txnfs umount --force only aborts txnfs mounts");
+
+  // fusectl is mounted for the abort if it is not already, and unmounted again after it.
+  bool mounted_fusectl = false;
+  if (!fusectl_mounted()) {
+    if (::mount("fusectl", kConnections, "fusectl", 0, nullptr) != 0)
+      throw Error(errno, fmt::format("cannot mount fusectl on {}", kConnections),
+                  "txnfs umount --force needs root");
+    mounted_fusectl = true;
+  }
+  std::string abort = fmt::format("{}/{}/abort", kConnections, m->connection);
+  bool aborted = false;
+  int err = 0;
+  int fd = ::open(abort.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    aborted = ::write(fd, "1", 1) == 1;
+    if (!aborted) err = errno;
+    ::close(fd);
+  } else if (errno != ENOENT) {  // ENOENT: the connection is gone already (a dead mount)
+    err = errno;
+  }
+  if (mounted_fusectl) ::umount2(kConnections, 0);
+  if (err) throw Error(err, "aborting the FUSE connection through " + abort);
+  if (::umount2(path.c_str(), MNT_DETACH) != 0)
+    throw Error(errno, fmt::format("detaching {}", path));
+  fmt::print("txnfs: {}: {}; mount point detached (the next txnfs mount rolls back what "
+             "was open)\n",
+             path, aborted ? fmt::format("FUSE connection {} aborted", m->connection)
+                           : std::string("its daemon was gone"));
+  return 0;
+}
+
+}  // namespace txnfs::cli

@@ -1,0 +1,66 @@
+"""`txnfs umount --force`: a mount whose daemon is dead or does not answer is taken down
+without touching the mount (which would hang), the requests waiting on it fail instead of
+hanging, the daemon ends, and the next mount serves the committed tree."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import txnfs_lib as tl
+
+
+def test_force_frees_requests_waiting_on_a_daemon_that_does_not_answer(mnt):
+    (mnt.path / "keep").write_bytes(b"committed")
+    pid = mnt.pid
+    os.kill(pid, signal.SIGSTOP)  # a daemon that no longer answers
+    blocked = None
+    try:
+        # a creation must reach the daemon: it waits for it
+        blocked = subprocess.Popen(["touch", str(mnt.path / "blocked")],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        assert blocked.poll() is None, "the request did not wait for the stopped daemon"
+        p = tl.txnfs("umount", "--force", mnt.path, timeout=30)
+        assert p.returncode == 0, tl.output_of(p)
+        assert "aborted" in p.stdout, p.stdout
+        assert not mnt.mounted, "txnfs umount --force left the mount point mounted"
+        _, err = blocked.communicate(timeout=10)
+        assert blocked.returncode != 0, "the waiting request succeeded on an aborted mount"
+        assert "not connected" in err or "Software caused connection abort" in err, err
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        if blocked and blocked.poll() is None:
+            blocked.kill()
+            blocked.wait()
+    assert tl.wait_dead(pid, 15), "the daemon did not end after its connection was aborted"
+    mnt.pid = None
+    mnt.mount()
+    assert (mnt.path / "keep").read_bytes() == b"committed"
+    assert not (mnt.path / "blocked").exists()
+
+
+def test_force_clears_the_mount_of_a_killed_daemon(mnt):
+    (mnt.path / "keep").write_bytes(b"committed")
+    assert tl.kill_and_wait(mnt.pid, 15)
+    mnt.pid = None
+    assert mnt.mounted  # dead: "Transport endpoint is not connected"
+    p = tl.txnfs("umount", "--force", mnt.path, timeout=30)
+    assert p.returncode == 0, tl.output_of(p)
+    assert not mnt.mounted
+    mnt.mount()
+    assert (mnt.path / "keep").read_bytes() == b"committed"
+
+
+def test_force_refuses_what_is_not_a_txnfs_mount(xfs):
+    plain = xfs.tmp / "plain"
+    plain.mkdir()
+    p = tl.txnfs("umount", "--force", plain)
+    assert p.returncode == 1, tl.output_of(p)
+    assert "txnfs: error:" in p.stderr and "is not a mount point" in p.stderr, p.stderr
+    p = tl.txnfs("umount", "--force", xfs.dir)  # the XFS image's own mount
+    assert p.returncode == 1, tl.output_of(p)
+    assert "is not a txnfs mount" in p.stderr and "xfs" in p.stderr, p.stderr
+    assert tl.is_mounted(xfs.dir), "a refused --force unmounted something"
