@@ -1,16 +1,19 @@
 """The commands of contrib/systemd/txnfs@.service do what the unit promises, run as
 systemd runs them (specifiers and the EnvironmentFile expanded; systemd itself cannot
 run as PID 1 here, `systemd-analyze verify` is in test_install.py): after a kill -9 of
-the daemon, ExecStartPre clears the dead mount point, ExecStart recovers the store --
-printing the recovery, which systemd sends to the journal -- and returns once the tree
-is served with the daemon's PID in PIDFile, and ExecStop unmounts and ends it."""
+the daemon, ExecStartPre clears the dead mount point (and a hung one, without hanging),
+ExecStart recovers the store -- printing the recovery, which systemd sends to the
+journal -- and returns once the tree is served with the daemon's PID in PIDFile, and
+ExecStop unmounts and ends it."""
 
 from __future__ import annotations
 
 import os
 import re
 import shlex
+import signal
 import threading
+import time
 
 import txnfs_lib as tl
 
@@ -39,6 +42,54 @@ def unit_commands(instance: str, path: str, env: dict, unit=UNIT) -> dict:
     return out
 
 
+def start_pre(cmds: dict) -> list:
+    """ExecStartPre's commands, the build's txnfs standing in for the installed one."""
+    installed = cmds["ExecStart"][0][0]
+    return [[a.replace(installed, tl.txnfs_bin()) for a in argv] for argv in cmds["ExecStartPre"]]
+
+
+def unit_env(mnt, xfs) -> tuple[str, dict]:
+    instance = tl.run(["systemd-escape", "--path", mnt.store.path], check=True).stdout.strip()
+    envfile = xfs.tmp / f"{instance}.env"
+    envfile.write_text(f"MOUNTPOINT={mnt.path}\nTXNFS_OPTS=--lock-timeout-ms 500\n")
+    env = dict(os.environ)
+    for line in envfile.read_text().splitlines():
+        k, _, v = line.partition("=")
+        env[k] = v
+    return instance, env
+
+
+def test_txnfs_unit_start_takes_down_a_hung_mount_without_hanging(mnt, xfs):
+    """A daemon that no longer answers (here: stopped) leaves a mount that a stat would
+    hang on; ExecStartPre aborts it instead, and the requests waiting on it fail."""
+    (mnt.path / "keep").write_text("committed")
+    instance, env = unit_env(mnt, xfs)
+    cmds = unit_commands(instance, str(mnt.store.path), env)
+    pid = mnt.pid
+    os.kill(pid, signal.SIGSTOP)
+    waiting = None
+    try:
+        waiting = tl.subprocess.Popen(["touch", str(mnt.path / "waiting")],
+                                      stdout=tl.subprocess.DEVNULL, stderr=tl.subprocess.DEVNULL)
+        time.sleep(0.5)
+        assert waiting.poll() is None, "the request did not wait for the stopped daemon"
+        for argv in start_pre(cmds):
+            p = tl.subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+            assert p.returncode == 0, tl.output_of(p)
+        assert not tl.is_mounted(mnt.path), "ExecStartPre left the hung mount point"
+        assert waiting.wait(10) != 0, "a request on the aborted mount succeeded"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        if waiting and waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    assert tl.wait_dead(pid, 15), "the daemon did not end after its connection was aborted"
+    mnt.pid = None
+    mnt.mount()
+    assert (mnt.path / "keep").read_text() == "committed"
+    assert not (mnt.path / "waiting").exists()
+
+
 def test_txnfs_unit_commands_recover_mount_and_stop(mnt, xfs):
     m = mnt.path
     (m / "keep").write_text("committed")
@@ -65,19 +116,13 @@ def test_txnfs_unit_commands_recover_mount_and_stop(mnt, xfs):
         th.join(30)
     assert tl.is_mounted(m) and tl.errno_of(os.stat, m) is not None   # a dead mount point
 
-    instance = tl.run(["systemd-escape", "--path", mnt.store.path], check=True).stdout.strip()
-    envfile = xfs.tmp / f"{instance}.env"
-    envfile.write_text(f"MOUNTPOINT={m}\nTXNFS_OPTS=--lock-timeout-ms 500\n")
-    env = dict(os.environ)
-    for line in envfile.read_text().splitlines():
-        k, _, v = line.partition("=")
-        env[k] = v
+    instance, env = unit_env(mnt, xfs)
     cmds = unit_commands(instance, str(mnt.store.path), env)
     pidfile = cmds["PIDFile"][0][0]
     assert pidfile == f"/run/txnfs-{instance}.pid"
     started_daemon = None
     try:
-        for argv in cmds["ExecStartPre"]:
+        for argv in start_pre(cmds):
             p = tl.subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
             assert p.returncode == 0, tl.output_of(p)
         assert not tl.is_mounted(m), "ExecStartPre left the dead mount point"
