@@ -47,6 +47,8 @@ def test_force_clears_the_mount_of_a_killed_daemon(mnt):
     assert tl.kill_and_wait(mnt.pid, 15)
     mnt.pid = None
     assert mnt.mounted  # dead: "Transport endpoint is not connected"
+    p = tl.txnfs("status", mnt.path)  # says what to do
+    assert p.returncode != 0 and "txnfs umount --force" in p.stderr, tl.output_of(p)
     p = tl.txnfs("umount", "--force", mnt.path, timeout=30)
     assert p.returncode == 0, tl.output_of(p)
     assert not mnt.mounted

@@ -31,7 +31,8 @@ bool check_mount_path(const std::string &mount) {
   if (err == ENOTCONN)
     print_error(fmt::format("cannot access {}: {} (its txnfs daemon is gone)", mount,
                             std::strerror(err)),
-                "clean the dead mount up with `umount -l MOUNTPOINT`, then mount it again");
+                "clean the dead mount up with `txnfs umount --force MOUNTPOINT`, then mount it "
+                "again");
   else
     print_error(fmt::format("cannot access {}: {}", mount, std::strerror(err)));
   return false;
