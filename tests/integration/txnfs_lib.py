@@ -272,6 +272,19 @@ def io_uring_wanted() -> bool:
     return os.environ.get("TXNFS_TEST_IO_URING") == "1"
 
 
+def release_stopped_daemon(pid: int, waiting: subprocess.Popen) -> None:
+    """After the abort of a stopped daemon's connection: the request waiting on it fails.
+    Over /dev/fuse the abort ends it at once; over io_uring a request the daemon had
+    already taken ends when the daemon's process ends (or it runs again), so there the
+    daemon is killed, as the daemon of a dead or hung mount is in practice."""
+    if io_uring_wanted():
+        os.kill(pid, signal.SIGKILL)
+    assert waiting.wait(10) != 0, "a request waiting on the aborted mount succeeded"
+    if not io_uring_wanted():
+        os.kill(pid, signal.SIGCONT)
+    assert wait_dead(pid, 15), "the daemon did not end after its connection was aborted"
+
+
 class Mount:
     """A txnfs mount (daemon mode, --pid-file) of `store` at a fresh mount point
     (with --io-uring under TXNFS_TEST_IO_URING=1)."""

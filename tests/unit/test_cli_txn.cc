@@ -241,6 +241,8 @@ TEST_CASE("error messages") {
         "cannot get the status of /mnt: Cannot allocate memory");
   CHECK(txn_error_message(Action::Status, ENOTCONN, m) ==
         "/mnt: Transport endpoint is not connected (its txnfs daemon is gone)");
+  CHECK(txn_error_message(Action::Commit, ECONNABORTED, m, 5) ==
+        "/mnt: Software caused connection abort (its txnfs daemon is gone)");
 }
 
 TEST_CASE("ages and sizes") {

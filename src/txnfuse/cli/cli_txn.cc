@@ -28,7 +28,7 @@ bool check_mount_path(const std::string &mount) {
   struct stat st;
   if (::stat(mount.c_str(), &st) == 0) return true;
   int err = errno;
-  if (err == ENOTCONN)
+  if (err == ENOTCONN || err == ECONNABORTED)  // (the latter: over FUSE's io_uring)
     print_error(fmt::format("cannot access {}: {} (its txnfs daemon is gone)", mount,
                             std::strerror(err)),
                 "clean the dead mount up with `txnfs umount --force MOUNTPOINT`, then mount it "
@@ -50,7 +50,8 @@ std::optional<bool> still_open(const std::string &mount, txnfs_id_t id) {
 // A refused commit (not ENOENT/EPERM, the transaction was not ours to end) may leave the
 // transaction open and abort-only, or the daemon may have rolled it back already.
 bool commit_refusal_may_leave_open(int err) {
-  return err != ENOENT && err != EPERM && err != ENOTTY && err != ENOTCONN && err != EIO;
+  return err != ENOENT && err != EPERM && err != ENOTTY && err != ENOTCONN &&
+         err != ECONNABORTED && err != EIO;
 }
 
 // ---- txnfs run -------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 // aborted through fusectl, so every request waiting on it fails with ENOTCONN and the
 // daemon's reads end, and the mount point is detached. Nothing on the mount itself is
 // touched (no stat of it, which would hang): the mount is found in /proc/self/mountinfo.
-// The next `txnfs mount` rolls back whatever transactions were open.
+// The next `txnfs mount` rolls back whatever transactions were open. Over FUSE's io_uring
+// a request the daemon had already taken fails only once the daemon's process ends.
 #pragma once
 #include <string>
 

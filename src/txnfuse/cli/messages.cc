@@ -16,7 +16,8 @@ std::string txn_error_message(Action action, int err, const std::string &mount, 
   if (err == ENOTTY)
     return fmt::format("{} is not on a txnfs mount (or its daemon does not support transactions)",
                        mount);
-  if (err == ENOTCONN)
+  // (ECONNABORTED: what a mount served over FUSE's io_uring answers once its daemon died.)
+  if (err == ENOTCONN || err == ECONNABORTED)
     return fmt::format("{}: {} (its txnfs daemon is gone)", mount, std::strerror(err));
   std::string what;  // "cannot WHAT: strerror" for everything without a better message
   switch (action) {
