@@ -11,9 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import threading
-import time
 
 import txnfs_lib as tl
 
@@ -66,24 +64,12 @@ def test_txnfs_unit_start_takes_down_a_hung_mount_without_hanging(mnt, xfs):
     instance, env = unit_env(mnt, xfs)
     cmds = unit_commands(instance, str(mnt.store.path), env)
     pid = mnt.pid
-    os.kill(pid, signal.SIGSTOP)
-    waiting = None
-    try:
-        waiting = tl.subprocess.Popen(["touch", str(mnt.path / "waiting")],
-                                      stdout=tl.subprocess.DEVNULL, stderr=tl.subprocess.DEVNULL)
-        time.sleep(0.5)
-        assert waiting.poll() is None, "the request did not wait for the stopped daemon"
+    with tl.hung_mount(mnt, "waiting") as waiting:
         for argv in start_pre(cmds):
             p = tl.subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
             assert p.returncode == 0, tl.output_of(p)
         assert not tl.is_mounted(mnt.path), "ExecStartPre left the hung mount point"
         tl.release_stopped_daemon(pid, waiting)
-    finally:
-        if tl.pid_alive(pid):
-            os.kill(pid, signal.SIGCONT)
-        if waiting and waiting.poll() is None:
-            waiting.kill()
-            waiting.wait()
     mnt.pid = None
     mnt.mount()
     assert (mnt.path / "keep").read_text() == "committed"

@@ -4,36 +4,18 @@ hanging, the daemon ends, and the next mount serves the committed tree."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
-
 import txnfs_lib as tl
 
 
 def test_force_frees_requests_waiting_on_a_daemon_that_does_not_answer(mnt):
     (mnt.path / "keep").write_bytes(b"committed")
     pid = mnt.pid
-    os.kill(pid, signal.SIGSTOP)  # a daemon that no longer answers
-    blocked = None
-    try:
-        # a creation must reach the daemon: it waits for it
-        blocked = subprocess.Popen(["touch", str(mnt.path / "blocked")],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
-        assert blocked.poll() is None, "the request did not wait for the stopped daemon"
+    with tl.hung_mount(mnt, "blocked") as blocked:
         p = tl.txnfs("umount", "--force", mnt.path, timeout=30)
         assert p.returncode == 0, tl.output_of(p)
         assert "aborted" in p.stdout, p.stdout
         assert not mnt.mounted, "txnfs umount --force left the mount point mounted"
         tl.release_stopped_daemon(pid, blocked)
-    finally:
-        if tl.pid_alive(pid):
-            os.kill(pid, signal.SIGCONT)
-        if blocked and blocked.poll() is None:
-            blocked.kill()
-            blocked.wait()
     mnt.pid = None
     mnt.mount()
     assert (mnt.path / "keep").read_bytes() == b"committed"

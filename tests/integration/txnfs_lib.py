@@ -272,6 +272,28 @@ def io_uring_wanted() -> bool:
     return os.environ.get("TXNFS_TEST_IO_URING") == "1"
 
 
+@contextlib.contextmanager
+def hung_mount(mnt, name: str):
+    """The daemon of `mnt` stopped (one that no longer answers), with a creation of
+    mnt/name waiting on it: yields the waiting process. Afterwards the daemon runs again
+    if it still exists, and the request is ended if it still waits."""
+    pid = mnt.pid
+    os.kill(pid, signal.SIGSTOP)
+    waiting = None
+    try:
+        waiting = subprocess.Popen(["touch", str(mnt.path / name)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        assert waiting.poll() is None, "the request did not wait for the stopped daemon"
+        yield waiting
+    finally:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGCONT)
+        if waiting and waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+
+
 def release_stopped_daemon(pid: int, waiting: subprocess.Popen) -> None:
     """After the abort of a stopped daemon's connection: the request waiting on it fails.
     Over /dev/fuse the abort ends it at once; over io_uring a request the daemon had
