@@ -4,6 +4,8 @@ hanging, the daemon ends, and the next mount serves the committed tree."""
 
 from __future__ import annotations
 
+import subprocess
+
 import txnfs_lib as tl
 
 
@@ -34,6 +36,18 @@ def test_force_clears_the_mount_of_a_killed_daemon(mnt):
     assert not mnt.mounted
     mnt.mount()
     assert (mnt.path / "keep").read_bytes() == b"committed"
+
+
+def test_force_finds_the_mount_through_a_symbolic_link_and_a_relative_path(mnt, xfs):
+    link = xfs.tmp / "link"
+    link.symlink_to(mnt.path.parent)
+    assert tl.kill_and_wait(mnt.pid, 15)
+    mnt.pid = None
+    p = subprocess.run([tl.txnfs_bin(), "umount", "--force", f"link/{mnt.path.name}/"],
+                       cwd=xfs.tmp, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, tl.output_of(p)
+    assert not mnt.mounted
+    mnt.mount()  # (recovery replays what the killed daemon left; the teardown fscks)
 
 
 def test_force_refuses_what_is_not_a_txnfs_mount(xfs):

@@ -93,9 +93,13 @@ int fusermount_u(const std::string &mountpoint) {
 int umount_command(const std::string &mountpoint, bool force) {
   if (!force) return fusermount_u(mountpoint);
 
-  // Normalised without resolving anything on the mount (that could hang).
-  std::string path = std::filesystem::absolute(mountpoint).lexically_normal().string();
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  // The mount table holds real paths: symbolic links on the way are resolved, but only
+  // in the parent directory. Nothing on the mount itself is looked at (that could hang).
+  std::filesystem::path p = std::filesystem::absolute(mountpoint).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // (a trailing slash)
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::canonical(p.parent_path(), ec);
+  std::string path = ec ? p.string() : (parent / p.filename()).string();
   std::optional<MountEntry> m = find_mount(path);
   if (!m) throw Error(fmt::format("{} is not a mount point", path));
   if (m->fstype != "fuse.txnfs")
