@@ -3,11 +3,10 @@
 
 #include <fcntl.h>
 #include <sys/mount.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
+#include <cstdio>  // sscanf
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -17,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "store/error.h"
+#include "txnfuse/cli/spawn.h"
 
 namespace txnfs::cli {
 namespace {
@@ -77,15 +77,10 @@ bool fusectl_mounted() {
 }
 
 int fusermount_u(const std::string &mountpoint) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execlp("fusermount3", "fusermount3", "-u", mountpoint.c_str(), nullptr);
-    std::perror("txnfs: error: cannot run fusermount3");
-    ::_exit(127);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+  RunResult r = spawn_and_wait({"fusermount3", "-u", mountpoint});
+  if (int err = r.sys_errno ? r.sys_errno : r.exec_errno)
+    throw Error(err, "cannot run fusermount3", "it comes with fuse3 (apt-get install fuse3)");
+  return exit_status_of(r.wait_status) == 0 ? 0 : 1;
 }
 
 }  // namespace
