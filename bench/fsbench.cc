@@ -42,14 +42,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "lib/buffer.h"
-#include "lib/clock.h"
-#include "lib/errors.h"
-#include "lib/files.h"
-#include "lib/interrupt.h"
-#include "lib/output.h"
-#include "lib/stats.h"
-#include "lib/workdirs.h"
+#include "bench/lib/buffer.h"
+#include "bench/lib/clock.h"
+#include "bench/lib/errors.h"
+#include "bench/lib/files.h"
+#include "bench/lib/interrupt.h"
+#include "bench/lib/output.h"
+#include "bench/lib/stats.h"
+#include "bench/lib/workdirs.h"
 
 namespace {
 

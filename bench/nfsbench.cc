@@ -35,9 +35,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "lib/clock.h"
-#include "lib/interrupt.h"
-#include "nfs_client.h"
+#include "bench/lib/clock.h"
+#include "bench/lib/interrupt.h"
+#include "compound_bridge/client/nfs_client.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "lib/buffer.h"
+#include "bench/lib/buffer.h"
 
 #include <cstring>
 #include <new>

@@ -1,4 +1,4 @@
-#include "lib/errors.h"
+#include "bench/lib/errors.h"
 
 #include <cerrno>
 #include <exception>
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "lib/interrupt.h"
+#include "bench/lib/interrupt.h"
 
 namespace bench {
 

@@ -1,4 +1,4 @@
-#include "lib/files.h"
+#include "bench/lib/files.h"
 
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "lib/errors.h"
+#include "bench/lib/errors.h"
 
 namespace bench {
 

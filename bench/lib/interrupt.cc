@@ -1,4 +1,4 @@
-#include "lib/interrupt.h"
+#include "bench/lib/interrupt.h"
 
 #include <csignal>
 

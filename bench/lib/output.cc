@@ -1,4 +1,4 @@
-#include "lib/output.h"
+#include "bench/lib/output.h"
 
 #include <unistd.h>
 

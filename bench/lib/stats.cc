@@ -1,4 +1,4 @@
-#include "lib/stats.h"
+#include "bench/lib/stats.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "lib/workdirs.h"
+#include "bench/lib/workdirs.h"
 
 #include <sys/stat.h>
 
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "lib/errors.h"
+#include "bench/lib/errors.h"
 
 namespace bench {
 

@@ -5,7 +5,7 @@
 #include <linux/ioctl.h>
 #include <stdint.h>
 
-#include "txnfs.h"
+#include "txnfs/txnfs.h"
 
 #define TXNFS_IOC_MAGIC 0xB7
 

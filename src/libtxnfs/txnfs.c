@@ -5,7 +5,7 @@
  * fd; the others open the given path, call their _fd twin and close it again.
  * The kernel forwards the ioctl to the daemon with the calling thread's id, uid and pid,
  * which is what binds a transaction to the thread (or process) that begins it. */
-#include "txnfs.h"
+#include "txnfs/txnfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "ioctl_abi.h"
+#include "txnfs/ioctl_abi.h"
 
 /* ENOTTY, EINVAL and ENOSYS are what a file system answers to an ioctl it does not
  * know: the path is not on a txnfs mount (or its daemon has no control channel). */

@@ -15,7 +15,7 @@
 #include "store/error.h"
 #include "store/handle_journal.h"
 #include "store/metadb.h"
-#include "tmpdir.h"
+#include "tests/unit/tmpdir.h"
 
 using namespace txnfs;
 

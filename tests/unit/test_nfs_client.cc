@@ -5,12 +5,12 @@
 
 #include <catch2/catch.hpp>
 
-#include "cli_ops.h"
-#include "content.h"
-#include "counting_xdr.h"
-#include "fattr.h"
-#include "report.h"
-#include "target.h"
+#include "compound_bridge/client/cli_ops.h"
+#include "compound_bridge/client/content.h"
+#include "compound_bridge/client/counting_xdr.h"
+#include "compound_bridge/client/fattr.h"
+#include "compound_bridge/client/report.h"
+#include "compound_bridge/client/target.h"
 
 using namespace txnfs::nfs;
 using namespace txnfs::nfs::cli;

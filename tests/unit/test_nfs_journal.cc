@@ -6,10 +6,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "journal_dir.h"
-#include "journal_format.h"
-#include "journal_report.h"
-#include "tmpdir.h"
+#include "compound_bridge/client/journal_dir.h"
+#include "compound_bridge/client/journal_format.h"
+#include "compound_bridge/client/journal_report.h"
+#include "tests/unit/tmpdir.h"
 
 using namespace txnfs::nfs;
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 #include "store/error.h"
 #include "store/metadb.h"
 #include "store/store.h"
-#include "tmpdir.h"
+#include "tests/unit/tmpdir.h"
 #include "store/unique_fd.h"
 
 using namespace txnfs;

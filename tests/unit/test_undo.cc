@@ -38,7 +38,7 @@
 #include "txnfuse/txn/recorder.h"
 #include "txnfuse/txn/txn.h"
 #include "txnfuse/txn/txn_env.h"
-#include "xfs_image.h"
+#include "tests/unit/xfs_image.h"
 
 using namespace txnfs;
 

@@ -44,11 +44,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "lock_plan.h"
-#include "log.h"
-#include "txnfs.h"
-#include "txnfs_bridge.h"
+#include "compound_bridge/bridge/config.h"
+#include "compound_bridge/bridge/lock_plan.h"
+#include "compound_bridge/bridge/log.h"
+#include "compound_bridge/txnfs_bridge.h"
+#include "txnfs/txnfs.h"
 
 namespace txnfs::bridge {
 namespace {

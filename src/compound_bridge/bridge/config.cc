@@ -1,4 +1,4 @@
-#include "config.h"
+#include "compound_bridge/bridge/config.h"
 
 #include <cerrno>
 #include <charconv>

@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "config.h"
+#include "compound_bridge/bridge/config.h"
 
 using txnfs::bridge::Config;
 using txnfs::bridge::parse_config;

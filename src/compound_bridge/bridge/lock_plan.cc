@@ -1,4 +1,4 @@
-#include "lock_plan.h"
+#include "compound_bridge/bridge/lock_plan.h"
 
 #include <cstring>
 #include <map>
@@ -7,7 +7,7 @@
 #include <string_view>
 #include <utility>
 
-#include "txnfs.h"
+#include "txnfs/txnfs.h"
 
 namespace txnfs::bridge {
 

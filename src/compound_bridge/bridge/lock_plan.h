@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <string>
 
-#include "txnfs_bridge.h"
+#include "compound_bridge/txnfs_bridge.h"
 
 namespace txnfs::bridge {
 

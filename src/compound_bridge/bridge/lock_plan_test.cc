@@ -6,8 +6,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "lock_plan.h"
-#include "txnfs.h"
+#include "compound_bridge/bridge/lock_plan.h"
+#include "txnfs/txnfs.h"
 
 using txnfs::bridge::LockPlan;
 using txnfs::bridge::nodeid_of_handle;

@@ -1,4 +1,4 @@
-#include "log.h"
+#include "compound_bridge/bridge/log.h"
 
 #include <fcntl.h>
 #include <sys/syscall.h>

@@ -1,10 +1,10 @@
-#include "cli_ops.h"
+#include "compound_bridge/client/cli_ops.h"
 
 #include <cctype>
 #include <charconv>
 #include <limits>
 
-#include "target.h"
+#include "compound_bridge/client/target.h"
 
 namespace txnfs::nfs::cli {
 namespace {

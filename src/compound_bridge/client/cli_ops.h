@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "nfs_client.h"
+#include "compound_bridge/client/nfs_client.h"
 
 namespace txnfs::nfs::cli {
 

@@ -1,4 +1,4 @@
-#include "client_impl.h"
+#include "compound_bridge/client/client_impl.h"
 
 namespace txnfs::nfs {
 

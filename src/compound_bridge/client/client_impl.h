@@ -1,7 +1,7 @@
 // Client's state, shared by client.cc and compound.cc: its Session.
 #pragma once
-#include "nfs_client.h"
-#include "session.h"
+#include "compound_bridge/client/nfs_client.h"
+#include "compound_bridge/client/session.h"
 
 namespace txnfs::nfs {
 

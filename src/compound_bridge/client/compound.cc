@@ -10,11 +10,11 @@
 #include <deque>
 #include <functional>
 
-#include "client_impl.h"
-#include "counting_xdr.h"
-#include "fattr.h"
-#include "nfs_names.h"
-#include "target.h"
+#include "compound_bridge/client/client_impl.h"
+#include "compound_bridge/client/counting_xdr.h"
+#include "compound_bridge/client/fattr.h"
+#include "compound_bridge/client/nfs_names.h"
+#include "compound_bridge/client/target.h"
 
 namespace txnfs::nfs {
 namespace {

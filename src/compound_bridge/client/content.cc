@@ -1,4 +1,4 @@
-#include "content.h"
+#include "compound_bridge/client/content.h"
 
 #include <array>
 #include <cerrno>
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "nfs_client.h"
+#include "compound_bridge/client/nfs_client.h"
 
 namespace txnfs::nfs::cli {
 

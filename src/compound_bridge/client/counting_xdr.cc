@@ -1,4 +1,4 @@
-#include "counting_xdr.h"
+#include "compound_bridge/client/counting_xdr.h"
 
 namespace txnfs::nfs {
 namespace {

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstddef>
 
-#include "nfs4_xdr.h"
+#include "compound_bridge/client/nfs4_xdr.h"
 
 namespace txnfs::nfs {
 

@@ -1,4 +1,4 @@
-#include "fattr.h"
+#include "compound_bridge/client/fattr.h"
 
 #include <initializer_list>
 

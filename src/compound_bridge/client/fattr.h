@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "nfs4_xdr.h"
-#include "nfs_client.h"
+#include "compound_bridge/client/nfs4_xdr.h"
+#include "compound_bridge/client/nfs_client.h"
 
 namespace txnfs::nfs {
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "nfs4_xdr.h"
+#include "compound_bridge/client/nfs4_xdr.h"
 
 namespace {
 // Every component's level is NIV_NULL, so the LogDebug calls in nfsv41.h's decoders

@@ -3,13 +3,13 @@
 // Invariant: an entry is kept only after the server answered NFS4_OK for it, and a kept
 // entry > marker is one the server lost -- the marker is written in every journaled
 // COMPOUND's transaction, and lost lazy commits are a suffix of the commit order.
-#include "journal.h"
+#include "compound_bridge/client/journal.h"
 
 #include <set>
 
 #include <fmt/format.h>
 
-#include "journal_dir.h"
+#include "compound_bridge/client/journal_dir.h"
 
 namespace txnfs::nfs {
 namespace {

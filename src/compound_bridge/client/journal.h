@@ -41,8 +41,8 @@
 #include <string_view>
 #include <vector>
 
-#include "journal_format.h"
-#include "nfs_client.h"
+#include "compound_bridge/client/journal_format.h"
+#include "compound_bridge/client/nfs_client.h"
 
 namespace txnfs::nfs {
 

@@ -1,4 +1,4 @@
-#include "journal_dir.h"
+#include "compound_bridge/client/journal_dir.h"
 
 #include <cerrno>
 #include <cstring>

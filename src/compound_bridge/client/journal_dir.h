@@ -16,7 +16,7 @@
 #include <set>
 #include <string>
 
-#include "journal_format.h"
+#include "compound_bridge/client/journal_format.h"
 
 namespace txnfs::nfs {
 

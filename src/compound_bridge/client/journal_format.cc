@@ -1,4 +1,4 @@
-#include "journal_format.h"
+#include "compound_bridge/client/journal_format.h"
 
 #include <charconv>
 #include <random>

@@ -1,4 +1,4 @@
-#include "journal_report.h"
+#include "compound_bridge/client/journal_report.h"
 
 #include <fmt/format.h>
 

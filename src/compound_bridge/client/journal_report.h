@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "journal.h"
+#include "compound_bridge/client/journal.h"
 
 namespace txnfs::nfs::cli {
 

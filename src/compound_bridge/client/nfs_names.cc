@@ -1,6 +1,6 @@
-#include "nfs_names.h"
+#include "compound_bridge/client/nfs_names.h"
 
-#include "nfs_client.h"
+#include "compound_bridge/client/nfs_client.h"
 
 namespace txnfs::nfs {
 

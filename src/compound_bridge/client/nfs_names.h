@@ -3,7 +3,7 @@
 #pragma once
 #include <string>
 
-#include "nfs4_xdr.h"
+#include "compound_bridge/client/nfs4_xdr.h"
 
 namespace txnfs::nfs {
 

@@ -1,9 +1,9 @@
-#include "report.h"
+#include "compound_bridge/client/report.h"
 
 #include <fmt/format.h>
 
-#include "content.h"
-#include "target.h"
+#include "compound_bridge/client/content.h"
+#include "compound_bridge/client/target.h"
 
 namespace txnfs::nfs::cli {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nfs_client.h"
+#include "compound_bridge/client/nfs_client.h"
 
 namespace txnfs::nfs::cli {
 

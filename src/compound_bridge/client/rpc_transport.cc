@@ -1,4 +1,4 @@
-#include "rpc_transport.h"
+#include "compound_bridge/client/rpc_transport.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -12,8 +12,8 @@
 #include <cstring>
 #include <random>
 
-#include "counting_xdr.h"
-#include "nfs_client.h"
+#include "compound_bridge/client/counting_xdr.h"
+#include "compound_bridge/client/nfs_client.h"
 
 namespace txnfs::nfs {
 namespace {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "nfs4_xdr.h"
+#include "compound_bridge/client/nfs4_xdr.h"
 
 namespace txnfs::nfs {
 

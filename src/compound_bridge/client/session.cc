@@ -1,4 +1,4 @@
-#include "session.h"
+#include "compound_bridge/client/session.h"
 
 #include <unistd.h>
 
@@ -6,10 +6,10 @@
 #include <cstring>
 #include <random>
 
-#include "counting_xdr.h"
-#include "fattr.h"
-#include "nfs_names.h"
-#include "target.h"
+#include "compound_bridge/client/counting_xdr.h"
+#include "compound_bridge/client/fattr.h"
+#include "compound_bridge/client/nfs_names.h"
+#include "compound_bridge/client/target.h"
 
 namespace txnfs::nfs {
 namespace {

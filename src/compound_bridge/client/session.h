@@ -17,9 +17,9 @@
 #include <string_view>
 #include <vector>
 
-#include "nfs4_xdr.h"
-#include "nfs_client.h"
-#include "rpc_transport.h"
+#include "compound_bridge/client/nfs4_xdr.h"
+#include "compound_bridge/client/nfs_client.h"
+#include "compound_bridge/client/rpc_transport.h"
 
 namespace txnfs::nfs {
 

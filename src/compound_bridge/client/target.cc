@@ -1,6 +1,6 @@
-#include "target.h"
+#include "compound_bridge/client/target.h"
 
-#include "nfs_client.h"
+#include "compound_bridge/client/nfs_client.h"
 
 namespace txnfs::nfs {
 namespace {

@@ -19,12 +19,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli_ops.h"
-#include "content.h"
-#include "journal.h"
-#include "journal_report.h"
-#include "nfs_client.h"
-#include "report.h"
+#include "compound_bridge/client/cli_ops.h"
+#include "compound_bridge/client/content.h"
+#include "compound_bridge/client/journal.h"
+#include "compound_bridge/client/journal_report.h"
+#include "compound_bridge/client/nfs_client.h"
+#include "compound_bridge/client/report.h"
 
 namespace txnfs::nfs::cli {
 namespace {
