@@ -1,11 +1,13 @@
 // The control channel between libtxnfs and the daemon: ioctls on the mount's root
 // directory (any fd of it). FUSE forwards them with the caller's thread id, uid and
 // pid, which is what binds a transaction to its thread. Fixed-size, little-endian.
+// Not installed. It includes the values it carries (txnfs_types.h), never the library's
+// API (txnfs.h): libtxnfs implements that API over this format, which depends on no API.
 #pragma once
 #include <linux/ioctl.h>
 #include <stdint.h>
 
-#include "txnfs/txnfs.h"
+#include "txnfs/txnfs_types.h"
 
 #define TXNFS_IOC_MAGIC 0xB7
 
