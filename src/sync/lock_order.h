@@ -21,6 +21,8 @@
 //    60   InodeTable::mu_              nodeid -> Inode (and Inode::nlookup)
 //    65   FdCache::mu_                 backing identity -> cached O_PATH fd, LRU order
 //    70   CommittedView::mu_           committed state of entries/objects open txns changed
+//    72   ListingSnapshots::mu_        snapshots of plain listings kept for continuations
+//                                      (src/txnfuse/fuse/listings.h)
 //    80   StepMirror::mu_              undo steps queued for the undo_records table
 //    90   Invalidator::mu_             kernel-cache invalidations queued for its thread
 //    95   TxnManager::lazy_mu_         links that logs of lazy commits not yet durable
@@ -75,6 +77,7 @@ enum class LockRank : uint8_t {
   kInodeTable = 60,
   kFdCache = 65,
   kCommittedView = 70,
+  kListings = 72,
   kStepMirror = 80,
   kInvalidator = 90,
   kLazyStash = 95,

@@ -21,6 +21,7 @@ const char *lock_rank_name(LockRank r) {
     case LockRank::kInodeTable: return "InodeTable::mu_";
     case LockRank::kFdCache: return "FdCache::mu_";
     case LockRank::kCommittedView: return "CommittedView::mu_";
+    case LockRank::kListings: return "ListingSnapshots::mu_";
     case LockRank::kStepMirror: return "StepMirror::mu_";
     case LockRank::kLazyStash: return "TxnManager::lazy_mu_";
     case LockRank::kWriters: return "TxnManager::writers_mu_";

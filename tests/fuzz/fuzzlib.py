@@ -1573,6 +1573,7 @@ class Observer:
         self.expected = self._judged(expected)
         self.snapshots = 0
         self.failure: str | None = None
+        self._rng = random.Random(len(self.expected))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -1592,8 +1593,33 @@ class Observer:
                                 "(expected = committed):\n  "
                                 + "\n  ".join(snap.diff(self.expected, got)))
                 return
+            self.failure = self._continued_listings()
             self.snapshots += 1
             time.sleep(0.001)
+
+    def _continued_listings(self) -> str | None:
+        """Every directory listed in two parts on two handles, as NFS-Ganesha continues a
+        READDIR (it opens the directory for each) and as seekdir after a reopen does: the
+        first k entries, telldir, close; open, seekdir, the rest. Together they must be
+        the committed names, each once, also while the transaction changes the directory
+        or is rolled back in between (an offset means the same thing to every opener).
+        Only listings begun while the transaction is open are judged: one begun before
+        it goes on streaming the directory as it is (docs/isolation.md, "Limits")."""
+        if not tl.txn_status(self.mnt)["transactions"]:
+            return None
+        for rel, e in self.expected.items():
+            if "entries" not in e:
+                continue
+            k = self._rng.randint(1, len(e["entries"]) + 2)
+            try:
+                got = tl.continued_listing(os.path.join(self.mnt, rel), k)
+            except OSError as ex:
+                return f"a plain listing of {rel} continued after {k} entries failed: {ex}"
+            got = [n for n in got if n not in (".", "..")]
+            if sorted(got) != e["entries"]:
+                return (f"a plain listing of {rel} continued after {k} entries on a new handle "
+                        f"gave {got}; committed: {e['entries']}")
+        return None
 
     def _is_exempt(self, rel: str) -> bool:
         return any(rel == x or rel.startswith(x + "/") for x in self.exempt)

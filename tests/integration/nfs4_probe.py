@@ -227,8 +227,10 @@ class op:
         return OP_TEST_STATEID, u32(len(stateids)) + b"".join(stateids)
 
     @staticmethod
-    def readdir(maxcount=65536):
-        return OP_READDIR, u64(0) + bytes(8) + u32(maxcount) + u32(maxcount) + bitmap(FATTR4_FILEID)
+    def readdir(maxcount=65536, cookie=0, verifier=bytes(8)):
+        """Decoded as a Listing: the names, with .cookies, .eof and .verifier."""
+        return (OP_READDIR, u64(cookie) + verifier + u32(maxcount) + u32(maxcount)
+                + bitmap(FATTR4_FILEID))
 
 
 # --------------------------------------------------------------------------
@@ -254,6 +256,13 @@ class Reply:
 
 def _cinfo(u):
     return (u.u32(), u.u64(), u.u64())
+
+
+class Listing(list):
+    """A READDIR's names (a list), with each one's cookie, eof and the cookie verifier."""
+    cookies: list
+    eof: bool = False
+    verifier: bytes = bytes(8)
 
 
 class OpenStateid(bytes):
@@ -308,13 +317,13 @@ def _decode_ok(opnum, u: Unpacker):
     if opnum == OP_CREATE:
         return (_cinfo(u), u.bitmap())
     if opnum == OP_READDIR:
-        u.take(8)
-        names = []
+        names = Listing()
+        names.verifier, names.cookies = u.take(8), []
         while u.u32():
-            u.u64()
+            names.cookies.append(u.u64())
             names.append(u.opaque().decode())
             u.fattr()
-        u.u32()   # eof
+        names.eof = bool(u.u32())
         return names
     if opnum == OP_EXCHANGE_ID:
         clientid, seq, flags, how = u.u64(), u.u32(), u.u32(), u.u32()

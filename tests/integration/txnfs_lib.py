@@ -665,6 +665,71 @@ def readdir_types(path) -> dict:
     return out
 
 
+# listings in parts, by offset (telldir/seekdir), as NFS-Ganesha continues a READDIR
+
+libc.telldir.argtypes = [ctypes.c_void_p]
+libc.telldir.restype = ctypes.c_long
+libc.seekdir.argtypes = [ctypes.c_void_p, ctypes.c_long]
+libc.seekdir.restype = None
+
+
+def _read_entries(dp, count=None) -> list[tuple[str, int]]:
+    out = []
+    while count is None or len(out) < count:
+        ctypes.set_errno(0)
+        ent = libc.readdir64(dp)
+        if not ent:
+            e = ctypes.get_errno()
+            if e:
+                raise OSError(e, os.strerror(e), "readdir")
+            break
+        out.append((os.fsdecode(ent.contents.d_name), ent.contents.d_off))
+    return out
+
+
+def _opendir(path):
+    dp = libc.opendir(os.fsencode(str(path)))
+    if not dp:
+        raise _oserror("opendir", path)
+    return dp
+
+
+def listing_with_offsets(path) -> list[tuple[str, int]]:
+    """[(name, d_off)] of every entry readdir returns, including . and .."""
+    dp = _opendir(path)
+    try:
+        return _read_entries(dp)
+    finally:
+        libc.closedir(dp)
+
+
+def first_part(path, count) -> tuple[list[str], int]:
+    """Open, read `count` entries, telldir, close: (names, offset)."""
+    dp = _opendir(path)
+    try:
+        names = [n for n, _ in _read_entries(dp, count)]
+        return names, libc.telldir(dp)
+    finally:
+        libc.closedir(dp)
+
+
+def continuation(path, offset) -> list[str]:
+    """Open anew, seekdir to `offset`, read to the end (names)."""
+    dp = _opendir(path)
+    try:
+        libc.seekdir(dp, offset)
+        return [n for n, _ in _read_entries(dp)]
+    finally:
+        libc.closedir(dp)
+
+
+def continued_listing(path, count, between=lambda: None) -> list[str]:
+    """first_part(path, count), between(), then the continuation on a new handle."""
+    names, off = first_part(path, count)
+    between()
+    return names + continuation(path, off)
+
+
 def errno_of(fn, *args, **kwargs):
     """Call fn; return the errno of the OSError it raises, or None if it succeeds."""
     try:

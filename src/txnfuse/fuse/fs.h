@@ -19,6 +19,7 @@
 
 #include "txnfuse/fuse/inode_table.h"
 #include "txnfuse/fuse/invalidator.h"
+#include "txnfuse/fuse/listings.h"
 #include "txnfuse/fuse/park.h"
 #include "txnfuse/txn/txn_env.h"
 
@@ -39,6 +40,7 @@ struct Fs : TxnEnv {
   InodeTable inodes;
   InodePtr root;
   Invalidator inval;  // the kernel's caches; TxnEnv::cache points here
+  ListingSnapshots listings;  // what plain listings were served while transactions were open
   std::unique_ptr<TxnManager> txns;
   park::Pool resumer;  // runs parked requests again once their lock is granted
   park::Pool control;  // runs control requests that wait (ops_ctl.cc)

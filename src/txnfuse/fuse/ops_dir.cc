@@ -1,5 +1,7 @@
 // Directory handles: opendir/readdir(plus)/releasedir/fsyncdir. Listings may be
 // cached by the kernel (cache_readdir); it drops them when the directory changes.
+// What an offset (d_off) means is the same for every handle of the directory, with or
+// without open transactions: listings.h.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,7 +11,6 @@
 #include <cstring>
 #include <algorithm>
 #include <atomic>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,14 +25,13 @@ namespace txnfs {
 
 namespace {
 
+// A directory handle streams the tree's listing (XFS cookies as offsets) or serves a
+// snapshot (listings.h: what every offset means, and why).
 struct DirHandle {
   DIR *dp = nullptr;
-  off_t offset = 0;
+  off_t offset = 0;         // the stream's position (-1: unknown)
   dirent *entry = nullptr;  // read but not yet returned (did not fit)
-  // A plain listing while transactions are open: the committed listing, built at
-  // offset 0 and served by index (offset k = after entry k-1).
-  bool snapshot = false;
-  std::vector<ListedEntry> snap;
+  std::shared_ptr<const Listing> snap;  // the snapshot served last, if any
   ~DirHandle() {
     if (dp) ::closedir(dp);
   }
@@ -73,32 +73,27 @@ void op_opendir(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   fuse_reply_open(req, fi);
 }
 
-// The committed listing of `dir` (txn/committed_view.h), served by index from here on.
-void build_snapshot(Fs &fs, uint64_t nodeid, DirHandle &d) {
-  d.snap = fs.view.listing(nodeid, d.dp);
-  d.snapshot = true;
-  d.offset = -1;  // the stream position is lost
-}
-
-void reply_snapshot(fuse_req_t req, DirHandle &d, size_t size, off_t offset, bool plus) {
+// Entries [k, end) of `l`, as many as fit in `size`, each with the offset after it.
+void reply_listing(fuse_req_t req, const Listing &l, size_t k, size_t size, bool plus) {
   std::vector<char> buf(size);
   char *p = buf.data();
   size_t rem = size;
-  for (size_t k = size_t(std::max<off_t>(offset, 0)); k < d.snap.size(); k++) {
-    const ListedEntry &s = d.snap[k];
+  for (; k < l.entries.size(); k++) {
+    const ListedEntry &s = l.entries[k];
+    off_t next = off_t(l.offset_after(k));
     size_t n;
     if (plus) {  // no attributes: the kernel looks each entry up (plain lookups)
       fuse_entry_param e;
       std::memset(&e, 0, sizeof e);
       e.attr.st_ino = s.ino;
       e.attr.st_mode = s.type;
-      n = fuse_add_direntry_plus(req, p, rem, s.name.c_str(), &e, off_t(k + 1));
+      n = fuse_add_direntry_plus(req, p, rem, s.name.c_str(), &e, next);
     } else {
       struct stat st;
       std::memset(&st, 0, sizeof st);
       st.st_ino = s.ino;
       st.st_mode = s.type;
-      n = fuse_add_direntry(req, p, rem, s.name.c_str(), &st, off_t(k + 1));
+      n = fuse_add_direntry(req, p, rem, s.name.c_str(), &st, next);
     }
     if (n > rem) break;
     p += n;
@@ -107,46 +102,107 @@ void reply_snapshot(fuse_req_t req, DirHandle &d, size_t size, off_t offset, boo
   fuse_reply_buf(req, buf.data(), size - rem);
 }
 
+// Serves `l` from entry k on, and keeps it for the handle's next call.
+void serve(fuse_req_t req, DirHandle &d, std::shared_ptr<const Listing> l, size_t k, size_t size,
+           bool plus) {
+  d.snap = std::move(l);
+  d.offset = -1;  // reading a snapshot moved the stream
+  d.entry = nullptr;
+  reply_listing(req, *d.snap, k, size, plus);
+}
+
+// A plain listing from the start while transactions are open: a snapshot of the
+// committed listing, kept so that its offsets mean the same to a later opener.
+void start_snapshot(Op &op, fuse_req_t req, uint64_t nodeid, DirHandle &d, size_t size,
+                    bool plus) {
+  Fs &fs = op.fs();
+  CommittedListing c = fs.view.listing(nodeid, d.dp);
+  Listing l;
+  l.dir = nodeid;
+  l.by_cookie = !c.changed;
+  l.entries = std::move(c.entries);
+  serve(req, d, fs.listings.add(std::move(l)), 0, size, plus);
+}
+
+void stream(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHandle &d,
+            size_t size, off_t offset, bool plus);
+
+// A continuation at `off`, a snapshot's offset (listings.h).
+void from_snapshot(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHandle &d,
+                   size_t size, uint64_t off, bool plus) {
+  Fs &fs = op.fs();
+  const uint32_t id = dir_offset::id_of(off);
+  auto l = d.snap && d.snap->id == id && d.snap->dir == nodeid ? d.snap
+                                                               : fs.listings.find(id, nodeid);
+  const uint64_t view = op.txn() ? op.txn()->id() : 0;
+  // A snapshot that carries cookies was the tree's listing: once it is gone, or for a
+  // transaction (which sees the tree), the tree's own listing goes on at the cookie.
+  if (!dir_offset::by_position(off) && (!l || l->view != view))
+    return stream(op, req, nodeid, dir, d, size, off_t(dir_offset::low(off)), plus);
+  size_t k = l ? l->position(off) : Listing::npos;
+  if (k == Listing::npos) {
+    spdlog::info("readdir of {}: offset {:#x} names no snapshot kept (EINVAL)", nodeid, off);
+    return (void)fuse_reply_err(req, EINVAL);
+  }
+  // Another view's snapshot (a transaction's, or the committed one seen by a
+  // transaction) goes on with the names of this reader's view it did not give yet.
+  if (l->view != view) {
+    auto now = op.txn() ? CommittedView::tree_listing(d.dp)  // under S: its own view
+                        : fs.view.listing(nodeid, d.dp).entries;
+    l = fs.listings.add(l->rebased(k, now, view));
+  }
+  serve(req, d, std::move(l), k, size, plus);
+}
+
 void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
                 fuse_file_info *fi, bool plus) {
   Op op(req);
-  Fs &fs = op.fs();
   InodePtr dir = inode_of(req, nodeid);
   DirHandle *d = dir_of(fi);
-  // Once a listing is a snapshot its offsets are indices: it stays one to the end,
-  // even if the transactions end meanwhile.
-  if (d->snapshot || (op.plain_isolated() && offset == 0)) {
-    if (offset == 0) build_snapshot(fs, nodeid, *d);
-    return reply_snapshot(req, *d, size, offset, plus);
-  }
-  // A transaction lists under S on the directory. (A plain listing that was already
-  // streaming when a transaction began goes on streaming: see docs/isolation.md.)
-  int lerr0 = op.error() ? op.error() : !dir ? ESTALE : 0;
-  if (!lerr0 && op.txn()) lerr0 = op.lock_object(nodeid, LockMode::S);
-  if (lerr0) return (void)fuse_reply_err(req, lerr0);
+  // A transaction lists under S on the directory, whatever the offset.
+  int err = op.error() ? op.error() : !dir ? ESTALE : 0;
+  if (!err && op.txn()) err = op.lock_object(nodeid, LockMode::S);
+  if (err) return (void)fuse_reply_err(req, err);
+  const uint64_t off = uint64_t(offset);
+  if (dir_offset::is_snapshot(off)) return from_snapshot(op, req, nodeid, dir, *d, size, off, plus);
+  if (off > dir_offset::kXfsMax) return (void)fuse_reply_err(req, EINVAL);  // no one's offset
+  if (off == 0 && op.plain_isolated()) return start_snapshot(op, req, nodeid, *d, size, plus);
+  // The tree's listing: a transaction's, a plain one while none is open, and one that
+  // goes on at an XFS cookie (it streams the directory as it is: docs/isolation.md).
+  stream(op, req, nodeid, dir, *d, size, offset, plus);
+}
+
+void stream(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHandle &d,
+            size_t size, off_t offset, bool plus) {
+  Fs &fs = op.fs();
+  d.snap.reset();
   std::vector<char> buf(size);
   char *p = buf.data();
   size_t rem = size;
   int err = 0;
-  if (offset != d->offset) {
-    ::seekdir(d->dp, offset);
-    d->entry = nullptr;
-    d->offset = offset;
+  if (offset != d.offset) {
+    ::seekdir(d.dp, offset);
+    d.entry = nullptr;
+    d.offset = offset;
   }
   const bool shared = op.shared_name(nodeid);  // (the same for every entry)
+  // A plain reader's READDIRPLUS while transactions are open gives no attributes (the
+  // kernel looks each name up, and is served the committed state): the tree may hold a
+  // name an open transaction made, which must not reach the kernel's dentry cache.
+  const bool lookups = plus && !op.plain_isolated();
   while (true) {
-    if (!d->entry) {
+    if (!d.entry) {
       errno = 0;
-      d->entry = ::readdir(d->dp);
-      if (!d->entry) {
+      d.entry = ::readdir(d.dp);
+      if (!d.entry) {
         err = errno;
         break;
       }
     }
-    const char *name = d->entry->d_name;
-    off_t next = d->entry->d_off;
+    const char *name = d.entry->d_name;
+    off_t next = d.entry->d_off;
     size_t n;
-    if (plus && !is_dot_or_dotdot(name)) {
+    if (lookups && !is_dot_or_dotdot(name)) {
       fuse_entry_param e;
       int lerr;
       try {
@@ -156,8 +212,8 @@ void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
         lerr = EIO;
       }
       if (lerr == ENOENT) {  // removed since readdir saw it
-        d->entry = nullptr;
-        d->offset = next;
+        d.entry = nullptr;
+        d.offset = next;
         continue;
       }
       if (lerr) {
@@ -173,22 +229,22 @@ void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
     } else if (plus) {
       fuse_entry_param e;
       std::memset(&e, 0, sizeof e);
-      e.attr.st_ino = d->entry->d_ino;
-      e.attr.st_mode = mode_t(d->entry->d_type) << 12;
+      e.attr.st_ino = d.entry->d_ino;
+      e.attr.st_mode = mode_t(d.entry->d_type) << 12;
       n = fuse_add_direntry_plus(req, p, rem, name, &e, next);
       if (n > rem) break;
     } else {
       struct stat st;
       std::memset(&st, 0, sizeof st);
-      st.st_ino = d->entry->d_ino;
-      st.st_mode = mode_t(d->entry->d_type) << 12;
+      st.st_ino = d.entry->d_ino;
+      st.st_mode = mode_t(d.entry->d_type) << 12;
       n = fuse_add_direntry(req, p, rem, name, &st, next);
       if (n > rem) break;
     }
     p += n;
     rem -= n;
-    d->entry = nullptr;
-    d->offset = next;
+    d.entry = nullptr;
+    d.offset = next;
   }
   // An error after some entries is reported on the next call, as getdents does.
   if (err && rem == size) return (void)fuse_reply_err(req, err);

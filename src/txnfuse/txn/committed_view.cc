@@ -151,8 +151,8 @@ ssize_t CommittedView::read_xattrs(uint64_t nodeid, int fd,
   return done ? n : -1;
 }
 
-std::vector<ListedEntry> CommittedView::listing(uint64_t dir, DIR *dp) {
-  std::vector<ListedEntry> out;
+CommittedListing CommittedView::listing(uint64_t dir, DIR *dp) {
+  CommittedListing out;
   until_quiet([&] {
     out = listing_once(dir, dp);
     return true;
@@ -160,20 +160,28 @@ std::vector<ListedEntry> CommittedView::listing(uint64_t dir, DIR *dp) {
   return out;
 }
 
-std::vector<ListedEntry> CommittedView::listing_once(uint64_t dir, DIR *dp) {
+std::vector<ListedEntry> CommittedView::tree_listing(DIR *dp) {
   std::vector<ListedEntry> out;
-  std::map<std::string, size_t> index;
   ::rewinddir(dp);
-  while (dirent *e = ::readdir(dp)) {
-    index[e->d_name] = out.size();
-    out.push_back({e->d_name, e->d_ino, mode_t(e->d_type) << 12});
-  }
-  for (auto &[name, b] : in_dir(dir)) {
+  while (dirent *e = ::readdir(dp))
+    out.push_back({e->d_name, e->d_ino, mode_t(e->d_type) << 12, uint32_t(e->d_off)});
+  return out;
+}
+
+CommittedListing CommittedView::listing_once(uint64_t dir, DIR *dp) {
+  CommittedListing out;
+  out.entries = tree_listing(dp);
+  auto changed = in_dir(dir);
+  out.changed = !changed.empty();
+  if (!out.changed) return out;
+  std::map<std::string, size_t> index;
+  for (size_t k = 0; k < out.entries.size(); k++) index[out.entries[k].name] = k;
+  for (auto &[name, b] : changed) {
     auto it = index.find(name);
-    if (it != index.end()) out[it->second].name.clear();  // hidden below
-    if (b.existed) out.push_back({name, b.ino, b.type});
+    if (it != index.end()) out.entries[it->second].name.clear();  // hidden below
+    if (b.existed) out.entries.push_back({name, b.ino, b.type});
   }
-  std::erase_if(out, [](const ListedEntry &e) { return e.name.empty(); });
+  std::erase_if(out.entries, [](const ListedEntry &e) { return e.name.empty(); });
   return out;
 }
 

@@ -57,7 +57,14 @@ struct ObjectBefore : ObjectState {
 struct ListedEntry {
   std::string name;
   uint64_t ino;
-  mode_t type;  // S_IFMT bits (0: unknown)
+  mode_t type;          // S_IFMT bits (0: unknown)
+  uint32_t cookie = 0;  // the tree's d_off after it (0: not in the tree as listed)
+};
+
+// A committed listing: the tree's, with what open transactions changed shown as it was.
+struct CommittedListing {
+  std::vector<ListedEntry> entries;
+  bool changed = false;  // an open transaction had changed the directory's names
 };
 
 class CommittedView {
@@ -109,8 +116,13 @@ class CommittedView {
   ssize_t read_xattrs(uint64_t nodeid, int fd, const std::function<ssize_t(int)> &read)
       EXCLUDES(mu_);
   // The committed listing of directory `dir` read through `dp` (rewound first): the
-  // entries open transactions changed are shown as they were before.
-  std::vector<ListedEntry> listing(uint64_t dir, DIR *dp) EXCLUDES(mu_);
+  // entries open transactions changed are shown as they were before. When none had
+  // changed any, it is the tree's listing as read, its entries in the tree's order with
+  // the tree's cookies (by the order at the top, a transaction that changes a name after
+  // the reader read it records that after the reader looked).
+  CommittedListing listing(uint64_t dir, DIR *dp) EXCLUDES(mu_);
+  // The tree's listing through `dp` (rewound first), with its cookies.
+  static std::vector<ListedEntry> tree_listing(DIR *dp);
 
   // Runs `attempt` -- a read of the tree first and of this view second -- until no
   // transaction was forgotten while it ran (see the top of this file). `attempt`
@@ -133,7 +145,7 @@ class CommittedView {
 
  private:
   // One attempt of listing().
-  std::vector<ListedEntry> listing_once(uint64_t dir, DIR *dp) EXCLUDES(mu_);
+  CommittedListing listing_once(uint64_t dir, DIR *dp) EXCLUDES(mu_);
   // One attempt of read(); -EAGAIN when a saved range was gone.
   ssize_t read_once(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) EXCLUDES(mu_);
   // Transactions forgotten so far (until_quiet() compares it before and after).
