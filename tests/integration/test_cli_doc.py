@@ -1,11 +1,11 @@
 """docs/cli.md and `--help` cannot drift apart, and the docs' links lead somewhere.
 
-* Every subcommand `txnfs --help` lists has a `### \`txnfs NAME\`` section in docs/cli.md,
-  and every such section is a subcommand `--help` lists.
+* Every subcommand `txnfs --help` lists has a section in docs/cli.md headed
+  "### `txnfs NAME`", and every such section is a subcommand `--help` lists.
 * For each subcommand, the options `txnfs NAME --help` lists (short and long forms;
   -h/--help aside) are exactly the options of that section's table (the first column),
   and every option the synopsis at the top of the page gives that subcommand is one of
-  them. The same for `txnfs-nfs --help` and the `## \`txnfs-nfs\`` section.
+  them. The same for `txnfs-nfs --help` and the "## `txnfs-nfs`" section.
 * Every relative link in README.md, docs/*.md and the READMEs of bench/ and tests/
   points to a file or directory that exists, and its anchor, if any, to a heading there.
 
@@ -37,13 +37,15 @@ def help_text(*args: str) -> str:
 
 
 def help_section(text: str, title: str) -> list[str]:
-    """The lines of one section of CLI11's help ("Options:", "Subcommands:")."""
+    """The lines of one section of CLI11's help ("Options:", "Subcommands:"): from its
+    title to the next blank line."""
     out, inside = [], False
     for line in text.splitlines():
         if re.match(r"^[A-Z][A-Za-z ]*:\s*$", line):
             inside = line.strip().lower() == title.lower()
-            continue
-        if inside:
+        elif not line.strip():
+            inside = False
+        elif inside:
             out.append(line)
     return out
 
@@ -79,7 +81,7 @@ def doc_sections(md: str) -> dict[str, str]:
 
 
 def table_options(body: str) -> set[str]:
-    """Options in the first column of a section's tables (`| \`-f\`, \`--foreground\` | ...`)."""
+    """Options in the first column of a section's tables ("| `-f`, `--foreground` | ...")."""
     opts = set()
     for line in body.splitlines():
         cells = line.split("|")
@@ -129,6 +131,9 @@ def test_every_option_of_every_subcommand_is_documented_and_nothing_else(txnfs, 
     problems = []
     for sub in sorted(help_subcommands(help_text(txnfs))):
         have = help_options(help_text(txnfs, sub))
+        if f"`txnfs {sub}`" not in sections:
+            problems.append(f"txnfs {sub}: no section in docs/cli.md")
+            continue
         doc = table_options(sections[f"`txnfs {sub}`"])
         syn = synopsis_options(md, sub)
         if have - doc:
