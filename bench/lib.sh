@@ -7,7 +7,7 @@
 #   log MSG / die MSG            messages on stderr, prefixed with BENCH_NAME
 #   bench_need_root              refuse to run as non-root
 #   bench_need_tools T...        refuse if a command is missing
-#   bench_build                  meson setup (if needed) + ninja; sets $txnfs (the CLI)
+#   bench_build                  scripts/build (deps, meson setup, ninja); sets $txnfs
 #   bench_start                  mktemp -d -> $tmp, installs the cleanup trap
 #   bench_make_xfs GIB [full]    image $tmp/xfs.img, mkfs.xfs -m reflink=1, loop device
 #                                -> $loopdev, mounted at $xfs_mnt; sparse, or with "full"
@@ -57,13 +57,18 @@ bench_need_tools() {
     done
 }
 
+# Builds what the benchmarks need: scripts/build (missing Debian packages, the patched
+# Ganesha, libfuse 3.18, meson setup on a fresh clone, ninja). With BUILD_DIR set to
+# another build tree, only `ninja -C BUILD_DIR` (that tree must be configured).
 bench_build() {
-    if [[ ! -f $build/build.ninja ]]; then
-        log "meson setup $build"
-        meson setup "$build" "$bench_repo" >&2
+    if [[ $build == "$bench_repo/build" ]]; then
+        log "building (scripts/build)"
+        "$bench_repo/scripts/build" || die "the build failed (see above); run scripts/build as root"
+    else
+        [[ -f $build/build.ninja ]] || die "BUILD_DIR=$build is not a configured meson build tree"
+        log "ninja -C $build"
+        ninja -C "$build" >&2
     fi
-    log "ninja -C $build"
-    ninja -C "$build" >&2
     txnfs=$build/src/txnfuse/txnfs
     [[ -x $txnfs ]] || die "$txnfs was not built"
 }

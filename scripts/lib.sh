@@ -83,7 +83,7 @@ txnfs_build() {
     meson setup --reconfigure build -Dpkg_config_path="$pc"
   fi
   [[ ${CI:-} != true ]] || meson configure build -Dwerror=true
-  ninja -C build
+  ninja -C build ${TXNFS_NINJA_JOBS:+-j "$TXNFS_NINJA_JOBS"}
 }
 
 # Compiles the daemon and the store with clang++, -Wthread-safety -Wthread-safety-beta

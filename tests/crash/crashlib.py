@@ -1,5 +1,6 @@
-"""The txnfs crash-test harness (issue 4): crash a store under a concurrent transactional
-workload, recover it, and check that every transaction is all-or-nothing.
+"""The txnfs crash-test harness: crash a store under a concurrent transactional workload,
+recover it, and check that every transaction is all-or-nothing (the contract:
+docs/crash-model.md, "The crash-test harness").
 
 One run = one XFS image, one store, and N *cycles*. Each cycle:
 

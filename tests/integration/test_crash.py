@@ -1,4 +1,5 @@
-"""Crash tests (issue 4): the harness of tests/crash/ at a size for every test run.
+"""Crash tests: the harness of tests/crash/ at a size for every test run (what it checks:
+docs/crash-model.md, "The crash-test harness").
 
 Three runs of tests/crash (crashlib.Runner), each on its own XFS image and store, with a
 concurrent transactional workload of 4 threads:
@@ -15,7 +16,7 @@ works. A failure names the seed and crash; replay with
     tests/crash/run --seed SEED --points N --kind KIND
 The seed is fixed unless $TXNFS_CRASH_SEED says otherwise ("random" for a new one);
 $TXNFS_CRASH_POINTS changes the number of crashes per kind. Bigger runs:
-tests/crash/run --points 1000 (or bench/crash-soak).
+tests/crash/run --points 1000 (or tests/crash/soak).
 """
 
 from __future__ import annotations

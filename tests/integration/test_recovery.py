@@ -1,8 +1,9 @@
-"""Crash recovery from the command line (issue 4): `txnfs recover`, `txnfs fsck` on
-recovery state and `fsck --repair`, and bad input -- a database of a newer schema, a
-truncated or corrupt database, a missing internal area, a backup deleted behind txnfs's
-back. Each gets a clear error or a documented repair; none loses committed data
-silently. (The crash-test harness itself: test_crash.py, tests/crash/.)"""
+"""Crash recovery from the command line (docs/crash-model.md, "Recovery", "Bad input"):
+`txnfs recover`, `txnfs fsck` on recovery state and `fsck --repair`, and bad input -- a
+database of a newer schema, a truncated or corrupt database, a missing internal area, a
+backup deleted behind txnfs's back. Each gets a clear error or a documented repair; none
+loses committed data silently. (The crash-test harness itself: test_crash.py,
+tests/crash/.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Atomicity of txnfs transactions (issue 3, "How it is proven", first bullet).
+"""Atomicity of txnfs transactions: all of a transaction or none of it (README.md,
+"Transactions"; how an abort undoes each operation: docs/crash-model.md, "Abort").
 
 Every mutating operation type, each in its own transaction and all mixed in one:
   * aborted (explicit txnfs_abort of a thread-bound transaction, or a failing

@@ -1,4 +1,5 @@
-"""Isolation of txnfs transactions (issue 3, "How it is proven", second and third bullet).
+"""Isolation of txnfs transactions: serializable, and plain readers see only committed
+state (docs/isolation.md).
 
   * a writer creates (or removes) three files -- or three directories -- per transaction
     while plain readers list the directory: every listing shows all three of a batch
