@@ -958,11 +958,6 @@ DIVERGENCES = [
         "FS_IOC_GETFLAGS gets ENOTTY, XFS answers it",
         lambda o, r, ctx: o["o"] == "ioctl" and r.get("e") == "ENOTTY"),
     Divergence(
-        "nodev-mount",
-        "the mount is nodev (libfuse's default mount flags for a root mount: MS_NOSUID | "
-        "MS_NODEV): opening a device node gets EACCES, where XFS gets ENXIO (no driver for 0:0)",
-        lambda o, r, ctx: r.get("e") == "EACCES" and stat.S_IFCHR in (r.get("ft"), r.get("ftq"))),
-    Divergence(
         "fallocate-collapse-insert",
         "the FUSE kernel module refuses FALLOC_FL_COLLAPSE_RANGE and FALLOC_FL_INSERT_RANGE "
         "with EOPNOTSUPP before the daemon sees them (fs/fuse/file.c fuse_file_fallocate); "

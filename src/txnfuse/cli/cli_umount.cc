@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -39,15 +40,16 @@ std::string unescape(const std::string &s) {
 }
 
 struct MountEntry {
+  std::string point;   // the mount point
   std::string fstype;  // e.g. "fuse.txnfs"
+  std::string source;  // a txnfs mount's: its store's path (or its fsname=)
   unsigned long connection = 0;  // its directory under /sys/fs/fuse/connections
 };
 
-// The topmost mount at `path` (absolute, normalised), or none.
-std::optional<MountEntry> find_mount(const std::string &path) {
+std::vector<MountEntry> mount_table() {
   std::ifstream in("/proc/self/mountinfo");
   if (!in) throw Error(errno, "cannot read /proc/self/mountinfo");
-  std::optional<MountEntry> found;
+  std::vector<MountEntry> all;
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream f(line);
@@ -55,14 +57,32 @@ std::optional<MountEntry> find_mount(const std::string &path) {
     f >> id >> parent >> dev >> root >> point;
     while (f >> word && word != "-") {
     }
-    std::string fstype;
-    f >> fstype;
-    if (unescape(point) != path) continue;
+    std::string fstype, source;
+    f >> fstype >> source;
     unsigned major = 0, minor = 0;
     if (std::sscanf(dev.c_str(), "%u:%u", &major, &minor) != 2) continue;
     // fusectl names a connection by the kernel's dev_t of the mount: major << 20 | minor.
-    found = MountEntry{fstype, (static_cast<unsigned long>(major) << 20) | minor};
+    all.push_back({unescape(point), fstype, unescape(source),
+                   (static_cast<unsigned long>(major) << 20) | minor});
   }
+  return all;
+}
+
+// The topmost mount at `path` (absolute, normalised), or none.
+std::optional<MountEntry> find_mount(const std::string &path) {
+  std::optional<MountEntry> found;
+  for (auto &m : mount_table())
+    if (m.point == path) found = m;
+  return found;
+}
+
+// The txnfs mount whose source is the store at `path` (absolute, normalised), or none.
+// (umount(8) takes an existing directory for a mount point and never looks for it
+// among the sources.)
+std::optional<MountEntry> find_store_mount(const std::string &path) {
+  std::optional<MountEntry> found;
+  for (auto &m : mount_table())
+    if (m.fstype == "fuse.txnfs" && m.source == path) found = m;
   return found;
 }
 
@@ -86,8 +106,6 @@ int fusermount_u(const std::string &mountpoint) {
 }  // namespace
 
 int umount_command(const std::string &mountpoint, bool force) {
-  if (!force) return fusermount_u(mountpoint);
-
   // The mount table holds real paths: symbolic links on the way are resolved, but only
   // in the parent directory. Nothing on the mount itself is looked at (that could hang).
   std::filesystem::path p = std::filesystem::absolute(mountpoint).lexically_normal();
@@ -96,6 +114,10 @@ int umount_command(const std::string &mountpoint, bool force) {
   std::filesystem::path parent = std::filesystem::canonical(p.parent_path(), ec);
   std::string path = ec ? p.string() : (parent / p.filename()).string();
   std::optional<MountEntry> m = find_mount(path);
+  if (!m)  // a store: its mount (a mount point is no store, and is not looked into)
+    if ((m = find_store_mount(path))) path = m->point;
+  if (!force) return fusermount_u(m ? path : mountpoint);
+
   if (!m) throw Error(fmt::format("{} is not a mount point", path));
   if (m->fstype != "fuse.txnfs")
     throw Error(fmt::format("{} is not a txnfs mount (it is {})", path, m->fstype),

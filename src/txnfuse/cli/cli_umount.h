@@ -1,4 +1,5 @@
-// `txnfs umount [--force] MOUNTPOINT` (main.cc registers it).
+// `txnfs umount [--force] MOUNTPOINT` (main.cc registers it). MOUNTPOINT may also name
+// the store of a txnfs mount (the mount's source), when it is no mount point itself.
 //
 // Without --force: fusermount3 -u, which ends the daemon once the kernel lets the mount go.
 // With --force: for a daemon that is dead or no longer answers (killed, stopped, or a

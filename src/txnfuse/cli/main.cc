@@ -77,7 +77,8 @@ int main(int argc, char **argv) {
 
   bool force_umount = false;
   auto *umount = app.add_subcommand("umount", "Unmount a txnfs mount point");
-  umount->add_option("MOUNTPOINT", mountpoint, "the mount point")->required();
+  umount->add_option("MOUNTPOINT", mountpoint, "the mount point (or the store it serves)")
+      ->required();
   umount->add_flag("--force", force_umount,
                    "for a daemon that is dead or does not answer: abort the mount's FUSE "
                    "connection (waiting requests fail with ENOTCONN, the daemon exits) and "

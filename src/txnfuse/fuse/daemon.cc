@@ -1,6 +1,7 @@
 #include "txnfuse/fuse/daemon.h"
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "recovery/recover.h"
 #include "sync/stall_watchdog.h"
 #include "txnfuse/fuse/dev_loop.h"
+#include "txnfuse/fuse/mount_options.h"
 #include "txnfuse/txn/txn.h"
 
 namespace txnfs {
@@ -169,30 +171,16 @@ int run_mount(const MountOptions &opts) {
   fs.txns->limits.max_backup_bytes = opts.max_backup_bytes;
   fs.txns->limits.lazy_flush = opts.lazy_flush;
 
-  std::vector<std::string> argv_s = {
-      "txnfs", "-o",
-      fmt::format("default_permissions,allow_other,fsname=txnfs:{},subtype=txnfs",
-                  fs.paths.root)};
+  // The mount's source is the store's path (what mount(8) hands the helper, and what
+  // findmnt, umount STORE and fstab tools compare), unless fsname= names another.
+  MountFlags flags = parse_mount_options(opts.fuse_opts, ::geteuid() == 0);
   // -o io_uring (or --io-uring): libfuse starts its ring threads at INIT when the kernel
   // agrees (op_init in ops.cc); the option is passed on only by this flag.
-  fs.want_io_uring = opts.io_uring;
-  std::vector<std::string> fuse_opts;
-  for (auto &list : opts.fuse_opts) {
-    std::string rest;
-    for (size_t pos = 0; pos <= list.size();) {
-      size_t comma = std::min(list.find(',', pos), list.size());
-      std::string o = list.substr(pos, comma - pos);
-      pos = comma + 1;
-      if (o == "io_uring") fs.want_io_uring = true;
-      else if (!o.empty()) rest += (rest.empty() ? "" : ",") + o;
-    }
-    if (!rest.empty()) fuse_opts.push_back(rest);
-  }
-  if (fs.want_io_uring) fuse_opts.push_back("io_uring");
-  for (auto &o : fuse_opts) {
-    argv_s.push_back("-o");
-    argv_s.push_back(o);
-  }
+  fs.want_io_uring = opts.io_uring || flags.io_uring;
+  std::vector<std::string> argv_s = {
+      "txnfs", "-o",
+      libfuse_options(flags, "default_permissions,allow_other,subtype=txnfs", fs.paths.root)};
+  if (fs.want_io_uring) argv_s.insert(argv_s.end(), {"-o", "io_uring"});
   std::vector<char *> argv;
   for (auto &s : argv_s) argv.push_back(s.data());
   fuse_args args = FUSE_ARGS_INIT(int(argv.size()), argv.data());
@@ -207,6 +195,13 @@ int run_mount(const MountOptions &opts) {
     throw Error(fmt::format("cannot mount at {}", mountpoint),
                 "does the directory exist, and is /dev/fuse available?");
   s.mounted = true;
+  // What libfuse's mount cannot set (mount_options.h), one remount sets. Before any
+  // request is served: nothing waits for the daemon.
+  if (unsigned long lacks = flags_libfuse_lacks(flags))
+    if (::mount(nullptr, mountpoint.c_str(), nullptr, remount_flags(flags), nullptr) != 0)
+      throw Error(errno, fmt::format("cannot set {} on {}",
+                                     lacks & MS_STRICTATIME ? "strictatime" : "lazytime",
+                                     mountpoint));
 
   int ready_fd = -1;
   if (!opts.foreground) {

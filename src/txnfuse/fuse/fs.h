@@ -84,6 +84,14 @@ inline void set_fh(fuse_file_info *fi, int fd) {
 inline int backing_open_flags(int flags) {
   return (flags | O_CLOEXEC) & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY | O_DIRECT);
 }
+// A kernel open that writes with O_DIRECT. The kernel drops the file's cached pages
+// before each such write (FOPEN_DIRECT_IO), not after it: a page that a reader through
+// another open file reads in between keeps the old bytes (an asynchronous write widens
+// the gap). So from a plain one on, plain opens of the file bypass the page cache too
+// (Inode::txn_written), and each drops what the kernel cached of it.
+inline bool direct_writer(int flags) {
+  return (flags & O_DIRECT) && (flags & O_ACCMODE) != O_RDONLY;
+}
 
 // Clears set-ID bits before a write, truncation or fallocate by the caller of `req`, as
 // XFS does, when `kill` (the caller lacks CAP_FSETID), or as a chown changing no id does

@@ -41,6 +41,7 @@ void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   // its writes must not be seen by others before it commits.
   // A plain open while transactions are open bypasses the page cache too: a
   // transaction's writes move the kernel's file size, which would clip cached reads.
+  if (op.cacheable() && direct_writer(fi->flags)) i->txn_written = true;
   fi->keep_cache = op.cacheable() && !op.plain_isolated() && !i->txn_written;
   fi->noflush = 1;
   fi->direct_io = !fi->keep_cache || (fi->flags & O_DIRECT);

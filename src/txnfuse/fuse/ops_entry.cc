@@ -508,10 +508,12 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
       return fd ? 0 : fd.err();
     }, &e);
   if (err) return (void)fuse_reply_err(req, err);
+  InodePtr made = inode_of(req, e.ino);
+  if (made && op.cacheable() && direct_writer(fi->flags)) made->txn_written = true;
   fi->keep_cache = op.cacheable();
   fi->noflush = 1;
   fi->direct_io = !op.cacheable() || (fi->flags & O_DIRECT);
-  op.set_fh(fi, fd.release(), op.txn() ? inode_of(req, e.ino) : nullptr);
+  op.set_fh(fi, fd.release(), op.txn() ? made : nullptr);
   fuse_reply_create(req, &e, fi);
 }
 

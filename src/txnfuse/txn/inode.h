@@ -65,8 +65,10 @@ struct Inode {
   uint64_t nlookup = 0;  // guarded by the InodeTable's mutex (not annotated: another object's)
   uint32_t generation = 0;  // backing generation (32 bits on XFS and ext4, see backing.cc)
   uint16_t type = 0;        // S_IFMT bits
-  // Set once a transaction has changed the object: plain opens of it then bypass the
-  // page cache (a transaction's writes move the kernel's shared file size).
+  // Set once a transaction has changed the object, or a plain open wrote it with
+  // O_DIRECT (direct_writer in fuse/fs.h): plain opens of it then bypass the page cache
+  // (a transaction's writes move the kernel's shared file size; the kernel leaves pages
+  // read during a direct write stale).
   mutable std::atomic<bool> txn_written{false};
   // Set when an aborted transaction's creation of the object is undone: the object
   // never existed, and every request through its nodeid or an open file of it answers
