@@ -237,8 +237,9 @@ def test_continuation_across_a_transaction_that_changes_the_directory(mnt, txns,
                may_repeat)
     if when != "begun-after-first-read":
         # A listing begun while a transaction was open is one snapshot of the committed
-        # listing, continued as such.
-        assert sorted(got) == before, f"{when}, {end}"
+        # listing, continued as such -- less the names removed since (NFS-Ganesha looks
+        # each name up and fails a READDIR on one that is gone).
+        assert set(throughout) <= set(got) <= set(before), f"{when}, {end}"
 
 
 @pytest.mark.parametrize("count", [2, 50])

@@ -15,7 +15,9 @@ size_t bytes_of(const Listing &l) {
 }
 
 bool same_entries(const Listing &a, const Listing &b) {
-  if (a.by_cookie != b.by_cookie || a.entries.size() != b.entries.size()) return false;
+  if (a.by_cookie != b.by_cookie || a.ctime_ns != b.ctime_ns ||
+      a.entries.size() != b.entries.size())
+    return false;
   for (size_t k = 0; k < a.entries.size(); k++) {
     const ListedEntry &x = a.entries[k], &y = b.entries[k];
     if (x.name != y.name || x.ino != y.ino || x.type != y.type || x.cookie != y.cookie)
@@ -46,6 +48,7 @@ Listing Listing::rebased(size_t k, const std::vector<ListedEntry> &now, uint64_t
   out.dir = dir;
   out.view = v;
   out.by_cookie = false;
+  out.ctime_ns = ctime_ns;
   out.entries.assign(entries.begin(), entries.begin() + std::min(k, entries.size()));
   std::unordered_set<std::string> given;
   for (auto &e : out.entries) given.insert(e.name);

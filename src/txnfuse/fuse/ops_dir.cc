@@ -11,6 +11,7 @@
 #include <cstring>
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,13 +74,36 @@ void op_opendir(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   fuse_reply_open(req, fi);
 }
 
-// Entries [k, end) of `l`, as many as fit in `size`, each with the offset after it.
-void reply_listing(fuse_req_t req, const Listing &l, size_t k, size_t size, bool plus) {
+int64_t ctime_ns(DIR *dp) {
+  struct stat st;
+  if (::fstat(::dirfd(dp), &st) != 0) return -1;
+  return int64_t(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+}
+
+// Whether `name` is in directory `dir` in the committed state now: the tree first, then
+// what open transactions recorded (the order committed_view.h makes consistent).
+bool committed_name(Fs &fs, uint64_t dir, DIR *dp, const std::string &name) {
+  bool found = false;
+  fs.view.until_quiet([&] {
+    struct stat st;
+    bool in_tree = ::fstatat(::dirfd(dp), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    auto b = fs.view.before(dir, name);
+    found = b ? b->existed : in_tree;
+    return true;
+  });
+  return found;
+}
+
+// Entries [k, end) of `l`, as many as fit in `size`, each with the offset after it;
+// with `keep`, only those it keeps.
+void reply_listing(fuse_req_t req, const Listing &l, size_t k, size_t size, bool plus,
+                   const std::function<bool(const ListedEntry &)> &keep) {
   std::vector<char> buf(size);
   char *p = buf.data();
   size_t rem = size;
   for (; k < l.entries.size(); k++) {
     const ListedEntry &s = l.entries[k];
+    if (keep && !is_dot_or_dotdot(s.name.c_str()) && !keep(s)) continue;
     off_t next = off_t(l.offset_after(k));
     size_t n;
     if (plus) {  // no attributes: the kernel looks each entry up (plain lookups)
@@ -102,13 +126,21 @@ void reply_listing(fuse_req_t req, const Listing &l, size_t k, size_t size, bool
   fuse_reply_buf(req, buf.data(), size - rem);
 }
 
-// Serves `l` from entry k on, and keeps it for the handle's next call.
-void serve(fuse_req_t req, DirHandle &d, std::shared_ptr<const Listing> l, size_t k, size_t size,
-           bool plus) {
+// Serves `l` from entry k on, and keeps it for the handle's next call. A plain reader
+// is not given the names removed since the snapshot was taken: NFS-Ganesha looks each
+// name up and fails the whole READDIR with NFS4ERR_NOENT on one that is gone. (Each name
+// still comes once, and every name present throughout comes.) A snapshot that was the
+// tree's listing is the committed listing for as long as the tree directory's ctime
+// stays; any other may differ from it as soon as a transaction ends.
+void serve(Op &op, fuse_req_t req, uint64_t nodeid, DirHandle &d, std::shared_ptr<const Listing> l,
+           size_t k, size_t size, bool plus) {
   d.snap = std::move(l);
   d.offset = -1;  // reading a snapshot moved the stream
   d.entry = nullptr;
-  reply_listing(req, *d.snap, k, size, plus);
+  std::function<bool(const ListedEntry &)> keep;
+  if (!op.txn() && (!d.snap->by_cookie || ctime_ns(d.dp) != d.snap->ctime_ns))
+    keep = [&](const ListedEntry &e) { return committed_name(op.fs(), nodeid, d.dp, e.name); };
+  reply_listing(req, *d.snap, k, size, plus, keep);
 }
 
 // A plain listing from the start while transactions are open: a snapshot of the
@@ -116,12 +148,13 @@ void serve(fuse_req_t req, DirHandle &d, std::shared_ptr<const Listing> l, size_
 void start_snapshot(Op &op, fuse_req_t req, uint64_t nodeid, DirHandle &d, size_t size,
                     bool plus) {
   Fs &fs = op.fs();
-  CommittedListing c = fs.view.listing(nodeid, d.dp);
   Listing l;
+  l.ctime_ns = ctime_ns(d.dp);
+  CommittedListing c = fs.view.listing(nodeid, d.dp);
   l.dir = nodeid;
   l.by_cookie = !c.changed;
   l.entries = std::move(c.entries);
-  serve(req, d, fs.listings.add(std::move(l)), 0, size, plus);
+  serve(op, req, nodeid, d, fs.listings.add(std::move(l)), 0, size, plus);
 }
 
 void stream(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHandle &d,
@@ -151,7 +184,7 @@ void from_snapshot(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir,
                         : fs.view.listing(nodeid, d.dp).entries;
     l = fs.listings.add(l->rebased(k, now, view));
   }
-  serve(req, d, std::move(l), k, size, plus);
+  serve(op, req, nodeid, d, std::move(l), k, size, plus);
 }
 
 void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
