@@ -167,7 +167,7 @@ void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
       finish_entry(op, e, shared && fs.view.before(nodeid, name));
       n = fuse_add_direntry_plus(req, p, rem, name, &e, next);
       if (n > rem) {
-        fs.inodes.forget(e.ino, 1);
+        fs.forget(e.ino, 1);
         break;
       }
     } else if (plus) {
