@@ -1,6 +1,7 @@
 """pytest fixtures for the txnfs integration tests (run as root).
 
     xfs    a fresh sparse 1 GiB XFS image (reflink=1), loop-mounted; .dir is its root
+           (`@pytest.mark.xfs_size(BYTES)` asks for another size; XFS needs 300 MiB at least)
     store  `txnfs init <xfs.dir>/store`; .path, .tree, .db
     mnt    a txnfs mount of `store` (daemon mode, --pid-file) at a fresh mount point;
            .path, .store, .pid, .umount(), .mount(), .kill9(), .remount().
@@ -45,6 +46,8 @@ _active_mounts: list[tl.Mount] = []
 def pytest_configure(config):
     config.addinivalue_line("markers", "txnfs_timeout(seconds): a longer watchdog limit "
                                        "for a test that is slow by design")
+    config.addinivalue_line("markers", "xfs_size(bytes): the size of the test's XFS image "
+                                       "(default 1 GiB, at least 300 MiB)")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -126,8 +129,9 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 @pytest.fixture
-def xfs():
-    img = tl.XfsImage()
+def xfs(request):
+    size = request.node.get_closest_marker("xfs_size")
+    img = tl.XfsImage(size=size.args[0]) if size else tl.XfsImage()
     try:
         yield img
     finally:

@@ -337,6 +337,67 @@ TEST_CASE("the fd cache keeps at most its capacity idle and never closes a pinne
   CHECK(gone.err() == ESTALE);
 }
 
+TEST_CASE("the fd cache lets go of an object with no name left, and of no other") {
+  NEED_CORE(c);
+  for (const char *n : {"a", "b", "p"}) c.put(n, n);
+  REQUIRE(::link(c.p("b").c_str(), c.p("b2").c_str()) == 0);
+  InodePtr a = c.inode("a"), b = c.inode("b"), p = c.inode("p");
+  for (auto &i : {a, b, p}) REQUIRE(c.env.pin(*i));
+  CHECK(c.env.fds.size() == 3);
+  c.env.fds.drop_unlinked(a->ino);  // still named: kept
+  CHECK(c.env.fds.size() == 3);
+  REQUIRE(::unlink(c.p("a").c_str()) == 0);
+  REQUIRE(::unlink(c.p("b").c_str()) == 0);
+  c.env.fds.drop_unlinked(a->ino);
+  c.env.fds.drop_unlinked(b->ino);  // b2 still names it
+  CHECK(c.env.fds.size() == 2);
+  CHECK(c.env.pin(*b));
+  InodeFd gone = c.env.pin(*a);  // nothing held it: freed
+  CHECK(!gone);
+  CHECK(gone.err() == ESTALE);
+  // A pinned fd outlives the drop; the cache no longer counts it.
+  InodeFd held = c.env.pin(*p);
+  REQUIRE(::unlink(c.p("p").c_str()) == 0);
+  c.env.fds.drop_unlinked(p->ino);
+  CHECK(c.env.fds.size() == 1);
+  struct stat st;
+  REQUIRE(::fstatat(held.get(), "", &st, AT_EMPTY_PATH) == 0);
+  CHECK(st.st_nlink == 0);
+}
+
+TEST_CASE("a finished transaction leaves no fd to what it removed or, aborted, made") {
+  NEED_CORE(c);
+  c.put("old", "old");
+  InodePtr root = c.inode(""), old = c.inode("old");
+  REQUIRE(c.env.pin(*old));
+  TxnPtr t = c.begin();
+  REQUIRE(c.txns->enter(*t) == 0);
+  REQUIRE(txn_remove(c.env, *t, *root, "old", false) == 0);
+  c.txns->leave(*t);
+  CHECK(c.env.fds.size() == 2);  // the root, and the removed file, stashed in the log
+  REQUIRE(c.txns->commit(::getuid(), t->id()) == 0);
+  CHECK(c.env.fds.size() == 1);
+
+  t = c.begin();
+  REQUIRE(c.txns->enter(*t) == 0);
+  UniqueFd made;
+  REQUIRE(txn_make(c.env, *t, *root, "new", S_IFREG | 0644,
+                   [](int dirfd, const char *n) {
+                     UniqueFd fd(::openat(dirfd, n, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+                     return fd ? 0 : fd.err();
+                   },
+                   &made) == 0);
+  struct stat st;
+  REQUIRE(::fstat(made.get(), &st) == 0);
+  InodePtr fresh = make_inode(made.get(), c.env.nodeid_of(st.st_ino), st);
+  c.env.fds.adopt(*fresh, std::move(made));  // as the daemon's lookup_fd does
+  c.txns->leave(*t);
+  CHECK(c.env.fds.size() == 2);
+  REQUIRE(c.txns->abort(::getuid(), t->id()) == 0);
+  CHECK(c.env.fds.size() == 1);
+  CHECK(!c.env.pin(*fresh));
+}
+
 TEST_CASE("a committed read that meets a finished transaction's vanished log reads again") {
   NEED_CORE(c);
   c.put("f", "0123456789");

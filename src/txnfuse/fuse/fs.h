@@ -46,6 +46,13 @@ struct Fs : TxnEnv {
   park::Pool control;  // runs control requests that wait (ops_ctl.cc)
   bool want_io_uring = false;  // -o io_uring: take FUSE over io_uring if the kernel offers it
   std::atomic<bool> io_uring{false};  // requests arrive over io_uring (seen by a request)
+
+  // Drops n lookups of `nodeid`. When the kernel has forgotten the object and it has no
+  // name left, its O_PATH fd goes too (FdCache::drop_unlinked): nothing else may then
+  // keep its blocks.
+  void forget(uint64_t nodeid, uint64_t n) {
+    if (InodePtr gone = inodes.forget(nodeid, n)) fds.drop_unlinked(gone->ino);
+  }
 };
 
 // The Fs a request belongs to.

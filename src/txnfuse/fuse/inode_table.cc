@@ -69,15 +69,15 @@ void InodeTable::add_lookup_existing(const InodePtr &inode) {
   inode->nlookup++;
 }
 
-void InodeTable::forget(uint64_t nodeid, uint64_t n) {
-  InodePtr victim;  // released outside the lock
+InodePtr InodeTable::forget(uint64_t nodeid, uint64_t n) {
   MutexLock g(mu_);
-  if (slots_.empty()) return;
+  if (slots_.empty()) return nullptr;
   size_t i = find_locked(nodeid);
-  if (!slots_[i]) return;
+  if (!slots_[i]) return nullptr;
   Inode &in = *slots_[i];
   in.nlookup = n >= in.nlookup ? 0 : in.nlookup - n;
-  if (in.nlookup == 0 && nodeid != 1) victim = erase_locked(i);
+  if (in.nlookup == 0 && nodeid != 1) return erase_locked(i);  // (released by the caller)
+  return nullptr;
 }
 
 size_t InodeTable::size() {

@@ -31,8 +31,9 @@ class InodeTable {
   InodePtr add_lookup(InodePtr inode) EXCLUDES(mu_);
   // Adds one lookup to an entry known to be present (the root, or a held inode).
   void add_lookup_existing(const InodePtr &inode) EXCLUDES(mu_);
-  // Drops n lookups; the entry leaves the table when none remain.
-  void forget(uint64_t nodeid, uint64_t n) EXCLUDES(mu_);
+  // Drops n lookups; the entry leaves the table when none remain, and is returned then
+  // (else null).
+  InodePtr forget(uint64_t nodeid, uint64_t n) EXCLUDES(mu_);
   size_t size() EXCLUDES(mu_);
 
  private:

@@ -42,6 +42,7 @@ class Invalidator final : public CacheInvalidator {
   void inode_now(uint64_t nodeid) override;
   void post() override;
   void gone(uint64_t nodeid) override;
+  bool known(uint64_t nodeid) override { return inodes_.get(nodeid) != nullptr; }
   void xattrs_restored(uint64_t nodeid) override;
   // FUSE_NOTIFY_INC_EPOCH (protocol 7.44): the kernel counts its cached names stale.
   bool expire_names() override;

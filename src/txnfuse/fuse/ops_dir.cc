@@ -256,7 +256,7 @@ void stream(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHan
       finish_entry(op, e, shared && fs.view.before(nodeid, name));
       n = fuse_add_direntry_plus(req, p, rem, name, &e, next);
       if (n > rem) {
-        fs.inodes.forget(e.ino, 1);
+        fs.forget(e.ino, 1);
         break;
       }
     } else if (plus) {

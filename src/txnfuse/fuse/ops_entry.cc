@@ -203,7 +203,7 @@ int lookup_committed(Fs &fs, const InodePtr &parent, const char *name, fuse_entr
   int err = 0;
   std::optional<EntryBefore> before;
   bool quiet = fs.view.until_quiet([&] {
-    if (looked_up) fs.inodes.forget(e->ino, 1);  // again: a rollback may have moved it
+    if (looked_up) fs.forget(e->ino, 1);  // again: a rollback may have moved it
     unrecorded = false;
     err = lookup_name(fs, parent, name, false, e, &unrecorded);
     looked_up = err == 0;
@@ -211,7 +211,7 @@ int lookup_committed(Fs &fs, const InodePtr &parent, const char *name, fuse_entr
     return true;
   });
   if (!quiet) {
-    if (looked_up) fs.inodes.forget(e->ino, 1);
+    if (looked_up) fs.forget(e->ino, 1);
     return EIO;
   }
   *snapshot = before.has_value();
@@ -222,7 +222,7 @@ int lookup_committed(Fs &fs, const InodePtr &parent, const char *name, fuse_entr
       if (InodePtr i = fs.inodes.get(e->ino)) record_handle(fs, *i, parent->nodeid, name, false);
     return err;
   }
-  if (err == 0) fs.inodes.forget(e->ino, 1);
+  if (err == 0) fs.forget(e->ino, 1);
   if (!before->existed) return ENOENT;
   UniqueFd fd(open_by_fh(fs.tree_fd, before->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return ENOENT;
@@ -275,13 +275,13 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
 }
 
 void op_forget(fuse_req_t req, fuse_ino_t nodeid, uint64_t nlookup) {
-  fs_of(req).inodes.forget(nodeid, nlookup);
+  fs_of(req).forget(nodeid, nlookup);
   fuse_reply_none(req);
 }
 
 void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data *forgets) {
   Fs &fs = fs_of(req);
-  for (size_t k = 0; k < count; k++) fs.inodes.forget(forgets[k].ino, forgets[k].nlookup);
+  for (size_t k = 0; k < count; k++) fs.forget(forgets[k].ino, forgets[k].nlookup);
   fuse_reply_none(req);
 }
 

@@ -13,6 +13,18 @@
 //   - entries are keyed by the backing identity (ino, generation), never by nodeid or
 //     name: an fd in the cache always refers to the object its key names, and a key
 //     whose object is gone misses and answers ESTALE (XFS checks the generation).
+//     There is at most one entry per inode number: while the cache holds an object's
+//     fd its inode number cannot pass to another object;
+//   - an fd keeps its object's blocks allocated after the object's last name is gone,
+//     as an open file does, so the cache holds no fd to an object with no name (link
+//     count 0) that nothing can reach any more: drop_unlinked() lets go of it when the
+//     kernel forgets the object (Fs::forget), when the transaction that removed it ends
+//     (a durable commit drops its stash in the undo log, TxnManager::after_durable), and
+//     when an abort removes what its transaction made. While the kernel still knows a
+//     removed object (an open file, an O_PATH fd, a working directory in it) the fd
+//     stays, and its blocks stay as they would on XFS; an open file's own fd holds them
+//     then anyway. A hard link elsewhere or a stash in an open transaction's undo log
+//     is a name: such an object stays cached.
 #pragma once
 #include <sys/types.h>
 
@@ -73,27 +85,30 @@ class FdCache {
   // Hands the cache an O_PATH fd a request already has for `i` (a fresh lookup), so
   // the next pin does not open it again. Returns it pinned.
   InodeFd adopt(const Inode &i, UniqueFd fd) EXCLUDES(mu_);
+  // Drops the entry of backing inode `ino` if its object has no name left (st_nlink
+  // 0). Requests that pinned it keep it until they end; a later pin opens it by
+  // handle again (which works while something else holds it, and answers ESTALE once
+  // it is freed).
+  void drop_unlinked(uint64_t ino) EXCLUDES(mu_);
 
  private:
   struct Key {
     uint64_t ino, generation;
     bool operator==(const Key &) const = default;
   };
-  struct KeyHash {
-    size_t operator()(const Key &k) const noexcept { return std::hash<uint64_t>()(k.ino ^ (k.generation << 40)); }
-  };
   using Fd = std::shared_ptr<const UniqueFd>;
   using Lru = std::list<std::pair<Key, Fd>>;  // front: most recently pinned
 
   static Key key_of(const Inode &i);
-  // Inserts (or finds) `fd` under `k`; the evicted fds go to `dropped`, closed by the
-  // caller after the lock is released (unless still pinned).
+  // Inserts (or finds) `fd` under `k`, replacing an entry of another generation; the
+  // evicted fds go to `dropped`, closed by the caller after the lock is released
+  // (unless still pinned).
   Fd insert_locked(const Key &k, Fd fd, std::list<std::pair<Key, Fd>> &dropped) REQUIRES(mu_);
 
   Mutex mu_{LockRank::kFdCache};  // a leaf (src/sync/lock_order.h)
   size_t capacity_ GUARDED_BY(mu_);
   Lru lru_ GUARDED_BY(mu_);
-  std::unordered_map<Key, Lru::iterator, KeyHash> map_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Lru::iterator> map_ GUARDED_BY(mu_);  // by Key::ino
 };
 
 }  // namespace txnfs

@@ -316,6 +316,7 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
         for (auto &obj : r.removed) {
           env_.db->remove_handle(env_.nodeid_of(obj.ino));
           env_.cache->gone(env_.nodeid_of(obj.ino));  // before its locks are released
+          env_.fds.drop_unlinked(obj.ino);  // (gone: no request pins it again)
         }
         for (auto &obj : r.touched) env_.cache->inode(env_.nodeid_of(obj.ino));
         {
@@ -463,6 +464,10 @@ void TxnManager::after_durable(Txn &t) {
     struct stat st;
     if (::fstatat(log->dir_fd(), u.stash.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     ::unlinkat(log->dir_fd(), u.stash.c_str(), S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
+    // An object that lost its last name here keeps no blocks for the fd cache: its fd
+    // goes now, or when the kernel forgets the object (fd_cache.h). (Checked after the
+    // unlink: a FORGET before it found the stash's link and kept the fd.)
+    if (!env_.cache->known(nodeid)) env_.fds.drop_unlinked(st.st_ino);
   }
   TXNFS_CRASH_POINT("commit.after_rows");
   if (log) {

@@ -44,6 +44,11 @@ class CacheInvalidator {
   // Has another thread send what is queued, for a caller that must not wait for the kernel.
   virtual void post() = 0;
   virtual void gone(uint64_t nodeid) = 0;
+  // Whether the cache still holds the object (for the daemon: the kernel has not sent
+  // its FORGET). While it does, a removed object may still be in use through it (on
+  // XFS an O_PATH fd or a working directory keeps an unlinked object), so the fd cache
+  // keeps its fd until it is forgotten (Fs::forget).
+  virtual bool known(uint64_t nodeid) = 0;
   // A rollback may have restored the object's xattrs: what the daemon caches of them
   // (Inode::default_acl) is stale. At once, before the transaction's locks go.
   virtual void xattrs_restored(uint64_t nodeid) = 0;
@@ -62,6 +67,7 @@ class NoCache final : public CacheInvalidator {
   void inode_now(uint64_t) override {}
   void post() override {}
   void gone(uint64_t) override {}
+  bool known(uint64_t) override { return false; }
   void xattrs_restored(uint64_t) override {}
   bool expire_names() override { return true; }
 };
