@@ -12,6 +12,7 @@
 #pragma once
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <memory>
@@ -100,10 +101,24 @@ inline bool direct_writer(int flags) {
   return (flags & O_DIRECT) && (flags & O_ACCMODE) != O_RDONLY;
 }
 
-// Clears set-ID bits before a write, truncation or fallocate by the caller of `req`, as
-// XFS does, when `kill` (the caller lacks CAP_FSETID), or as a chown changing no id does
-// (`chown`; ops_data.cc). `fd` may be O_PATH. Returns 0 or an errno.
-int kill_privs(fuse_req_t req, int fd, bool kill, bool chown = false);
+// Set-ID bits: what XFS would clear for the caller, which the daemon (root) must clear
+// itself (setid.cc has the rules).
+enum class SetidChange {
+  kData,   // a write, truncation, fallocate or copy into a regular file
+  kChown,  // a chown, also one that changes no id
+  kAcl,    // an access ACL set
+};
+// The bits XFS clears from an object with attributes `st` when the caller of `req` makes
+// change `why`. `kernel_kill`: the request's kill flag (the kernel found the caller
+// without CAP_FSETID); without it the daemon asks /proc.
+mode_t setid_bits_to_clear(fuse_req_t req, const struct stat &st, SetidChange why,
+                           bool kernel_kill = false);
+// Clears `bits` from the mode of `fd` (may be O_PATH); sets *changed if it did.
+// Returns 0 or an errno.
+int clear_setid_bits(int fd, mode_t bits, bool *changed = nullptr);
+// Both, before a change of `nodeid` (open as `fd`) whose reply carries no attributes:
+// the kernel's cached attributes are dropped when the mode changed. Returns 0 or errno.
+int kill_privs(fuse_req_t req, uint64_t nodeid, int fd, SetidChange why, bool kernel_kill);
 
 // The low-level operation table.
 fuse_lowlevel_ops make_ops();

@@ -32,10 +32,10 @@ void op_init(void *userdata, fuse_conn_info *conn) {
   want(FUSE_CAP_READDIRPLUS);
   want(FUSE_CAP_READDIRPLUS_AUTO);
   want(FUSE_CAP_CACHE_SYMLINKS);
-  // Set-ID bits are cleared here, told by the kernel when the caller lacks CAP_FSETID
-  // (fi->kill_suidgid on WRITE, OPEN/CREATE with O_TRUNC, FUSE_SET_ATTR_KILL_SUID on a
-  // truncating SETATTR); capabilities are removed by XFS itself when the daemon writes.
-  // Saves the kernel's GETXATTR security.capability before every write (kill_privs).
+  // Set-ID bits are cleared here, as XFS clears them for the caller (setid.cc): after
+  // writes, truncations, fallocate, copies, chowns and ACL sets; capabilities are removed
+  // by XFS itself when the daemon writes. Saves the kernel's GETXATTR
+  // security.capability before every write.
   want(FUSE_CAP_HANDLE_KILLPRIV_V2);
   // POSIX ACLs checked by the kernel (default_permissions), applied here: with DONT_MASK
   // the mode of a new object arrives without the umask, which is applied only when the

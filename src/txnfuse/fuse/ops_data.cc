@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "store/backing.h"
@@ -31,7 +31,7 @@ void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   int fd = open_by_fh(op.fs().tree_fd, i->fh, backing_open_flags(fi->flags));
   if (fd < 0) return (void)fuse_reply_err(req, -fd);
   if ((fi->flags & O_TRUNC))
-    if (int e = kill_privs(req, fd, fi->kill_suidgid)) {
+    if (int e = kill_privs(req, nodeid, fd, SetidChange::kData, fi->kill_suidgid)) {
       ::close(fd);
       return (void)fuse_reply_err(req, e);
     }
@@ -97,7 +97,10 @@ void op_write_buf(fuse_req_t req, fuse_ino_t nodeid, fuse_bufvec *in, off_t off,
   Op op(req, fi);
   auto [i, err] = op.on(nodeid, LockMode::X);
   if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *i, off, fuse_buf_size(in));
-  if (!err) err = kill_privs(req, fd_of(fi), fi->kill_suidgid);
+  // (Not for the kernel's writeback of a shared mapping: a store through a mapping
+  // clears no bits on XFS either.)
+  if (!err && !fi->writepage)
+    err = kill_privs(req, nodeid, fd_of(fi), SetidChange::kData, fi->kill_suidgid);
   if (err) return (void)fuse_reply_err(req, err);
   fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
   out.buf[0].flags = fuse_buf_flags(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
@@ -121,7 +124,7 @@ void op_fallocate(fuse_req_t req, fuse_ino_t nodeid, int mode, off_t off, off_t 
     else
       err = save_attrs(op.fs(), t, *i);
   }
-  if (!err) err = kill_privs(req, fd_of(fi), fuse_req_ctx(req)->uid != 0);
+  if (!err) err = kill_privs(req, nodeid, fd_of(fi), SetidChange::kData, false);
   if (err) return (void)fuse_reply_err(req, err);
   int rc = ::fallocate(fd_of(fi), mode, off, len);
   fuse_reply_err(req, rc == 0 ? 0 : errno);
@@ -145,6 +148,7 @@ void op_copy_file_range(fuse_req_t req, fuse_ino_t in_node, off_t off_in,
   int err = op.error() ? op.error() : !in_i || !out_i ? ESTALE : op.lock_object(in_node, LockMode::S);
   if (!err) err = op.lock_object(out_node, LockMode::X);
   if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *out_i, off_out, len);
+  if (!err) err = kill_privs(req, out_node, fd_of(fi_out), SetidChange::kData, false);
   if (err) return (void)fuse_reply_err(req, err);
   // One call, answered as XFS answered it: copy_file_range(2) may copy less than asked
   // (XFS clones the block-aligned part of a range and returns that), and the caller
@@ -153,7 +157,7 @@ void op_copy_file_range(fuse_req_t req, fuse_ino_t in_node, off_t off_in,
   loff_t in = off_in, out = off_out;
   ssize_t n;
   do {
-    n = ::copy_file_range(int(fi_in->fh), &in, int(fi_out->fh), &out, len, unsigned(flags));
+    n = ::copy_file_range(fd_of(fi_in), &in, fd_of(fi_out), &out, len, unsigned(flags));
   } while (n < 0 && errno == EINTR);
   if (n < 0) fuse_reply_err(req, errno);
   else fuse_reply_write(req, size_t(n));
@@ -215,11 +219,23 @@ void op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, const char
   if (!err && op.txn()) err = save_xattrs(op.fs(), *op.txn(), *i);
   InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
   if (!err && !fd) err = fd.err();
+  // An access ACL set by a caller outside the file's group clears S_ISGID on XFS
+  // (posix_acl_update_mode); XFS keeps it for the daemon. The kernel would say so only
+  // through FUSE_SETXATTR_ACL_KILL_SGID, which libfuse does not pass on.
+  struct stat st;
+  mode_t clear = 0;
+  if (!err && std::strcmp(name, "system.posix_acl_access") == 0) {
+    if (::fstat(fd.get(), &st) != 0) err = errno;
+    else clear = setid_bits_to_clear(req, st, SetidChange::kAcl);
+  }
   if (err) return (void)fuse_reply_err(req, err);
   i->default_acl = Inode::kUnknown;  // before and after: a creation reading it meanwhile
   int rc = ::setxattr(proc_path(fd.get()).c_str(), name, value, size, flags);
   int e = rc == 0 ? 0 : errno;
   i->default_acl = Inode::kUnknown;  // caches what it found before the change only briefly
+  // (After the set, which failed or made the mode: the kernel drops its cached
+  // attributes after the reply.)
+  if (!e) e = clear_setid_bits(fd.get(), clear);
   fuse_reply_err(req, e);
 }
 
@@ -238,47 +254,6 @@ void op_removexattr(fuse_req_t req, fuse_ino_t nodeid, const char *name) {
 }
 
 }  // namespace
-
-// Is the caller of `req` in group `gid` (primary or supplementary)?
-static bool in_group(fuse_req_t req, gid_t gid) {
-  if (fuse_req_ctx(req)->gid == gid) return true;
-  gid_t groups[64];
-  int n = fuse_req_getgroups(req, 64, groups);
-  for (int k = 0; k < std::min(n, 64); k++)
-    if (groups[k] == gid) return true;
-  return false;
-}
-
-// Clearing of set-ID bits after a write, truncation or fallocate, as XFS does it: the
-// set-user-ID bit, and the set-group-ID bit where it means "setgid" (group execute set)
-// or the writer is outside the file's group -- when `kill`: the caller lacks CAP_FSETID.
-// For writes, O_TRUNC opens and truncating SETATTRs the kernel says so
-// (HANDLE_KILLPRIV_V2: fi->kill_suidgid, FUSE_SET_ATTR_KILL_SUID); FALLOCATE carries no
-// such flag, so there `kill` is "the caller is not root". A chown that changes no id
-// (chown(f, -1, -1)) clears set-ID bits whoever the caller (`chown`): S_ISUID always,
-// S_ISGID by the same rule, where root counts as in every group. File capabilities
-// (security.capability) need nothing here: XFS removes them when the daemon writes,
-// truncates or allocates (file_remove_privs), whoever the caller. `fd` may be O_PATH.
-// Returns 0 or errno.
-int kill_privs(fuse_req_t req, int fd, bool kill, bool chown) {
-  if (!kill && !chown) return 0;
-  bool root = fuse_req_ctx(req)->uid == 0;
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return errno;
-  // Writes and truncation reach regular files only; a chown clears the bits of every
-  // object but a directory (the kernel's chown_common), a FIFO's or a device's too.
-  bool eligible = chown ? !S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
-  mode_t drop = 0;
-  if (eligible && (st.st_mode & S_ISUID)) drop |= S_ISUID;
-  if (eligible && (st.st_mode & S_ISGID) &&
-      ((st.st_mode & S_IXGRP) || (!(chown && root) && !in_group(req, st.st_gid))))
-    drop |= S_ISGID;
-  if (!drop) return 0;
-  mode_t mode = st.st_mode & 07777 & ~drop;
-  int rc = ::fchmod(fd, mode);
-  if (rc != 0 && errno == EBADF) rc = ::chmod(proc_path(fd).c_str(), mode);  // O_PATH fd
-  return rc == 0 ? 0 : errno;
-}
 
 void add_data_ops(fuse_lowlevel_ops &ops) {
   ops.open = op_open;

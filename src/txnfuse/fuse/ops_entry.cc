@@ -330,13 +330,28 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
   InodeFd fd = err ? InodeFd() : op.fs().pin(*i);
   if (!err && !fd) err = fd.err();
   if (err) return (void)fuse_reply_err(req, err);
+  // A SETATTR that sets nothing is a chown changing no id (chown(f, -1, -1)), or the
+  // kernel's clearing of set-ID bits before a write (file_remove_privs): with
+  // HANDLE_KILLPRIV_V2 it leaves the clearing to the file system, and without a
+  // write-back cache it sends no ctime. On XFS both update the ctime; a chown changing
+  // no id, made here by the daemon, does that (and XFS clears S_ISUID then itself).
+  constexpr int kAttrs = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID |
+                         FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
+                         FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW;
+  bool chown = (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) || !(valid & kAttrs);
+  mode_t clear = 0;  // set-ID bits the chown clears that XFS keeps for the daemon
+  struct stat st;
   int rc = 0;
   if (valid & FUSE_SET_ATTR_MODE)
     rc = fi ? ::fchmod(fd_of(fi), attr->st_mode) : ::chmod(proc_path(fd.get()).c_str(), attr->st_mode);
-  if (rc == 0 && (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
+  if (rc == 0 && chown) {
     uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : uid_t(-1);
     gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : gid_t(-1);
-    rc = ::fchownat(fd.get(), "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+    rc = ::fstatat(fd.get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+    if (rc == 0) {
+      clear = setid_bits_to_clear(req, st, SetidChange::kChown);  // by the old group
+      rc = ::fchownat(fd.get(), "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+    }
   }
   if (rc == 0 && (valid & FUSE_SET_ATTR_SIZE))
     rc = fi ? ::ftruncate(fd_of(fi), attr->st_size)
@@ -351,19 +366,14 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
     rc = fi ? ::futimens(fd_of(fi), tv) : ::utimensat(fd.get(), "", tv, AT_EMPTY_PATH);
   }
   if (rc != 0) return (void)fuse_reply_err(req, errno);
-  // (FUSE_SET_ATTR_KILL_SUID is the kernel's FATTR_KILL_SUIDGID: both bits)
-  if ((valid & FUSE_SET_ATTR_SIZE) && !(valid & FUSE_SET_ATTR_MODE))
-    if (int e = kill_privs(req, fd.get(), valid & FUSE_SET_ATTR_KILL_SUID))
-      return (void)fuse_reply_err(req, e);
-  // A SETATTR that sets nothing is a chown changing no id (chown(f, -1, -1)): with
-  // HANDLE_KILLPRIV_V2 the kernel leaves its set-ID clearing to the file system. (A
-  // chown that changes ids is an fchownat above; XFS clears the bits then itself.)
-  constexpr int kAttrs = FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID |
-                         FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
-                         FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW;
-  if (!(valid & kAttrs))
-    if (int e = kill_privs(req, fd.get(), false, true)) return (void)fuse_reply_err(req, e);
-  struct stat st;
+  // A truncation clears set-ID bits (FUSE_SET_ATTR_KILL_SUID is the kernel's
+  // FATTR_KILL_SUIDGID: both bits), unless the mode was set with it.
+  if ((valid & FUSE_SET_ATTR_SIZE) && !(valid & FUSE_SET_ATTR_MODE)) {
+    if (int e = stat_fd(fd.get(), &st)) return (void)fuse_reply_err(req, e);
+    clear |= setid_bits_to_clear(req, st, SetidChange::kData, valid & FUSE_SET_ATTR_KILL_SUID);
+  }
+  // (No invalidation: the reply carries the attributes.)
+  if (int e = clear_setid_bits(fd.get(), clear)) return (void)fuse_reply_err(req, e);
   if (int e = stat_fd(fd.get(), &st)) return (void)fuse_reply_err(req, e);
   op.adjust(st);
   fuse_reply_attr(req, &st, op.attr_timeout(nodeid));

@@ -1,6 +1,9 @@
 #include "txnfuse/txn/proc.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
 
 #include <fstream>
 #include <string>
@@ -21,6 +24,37 @@ std::pair<pid_t, pid_t> tgid_ppid(pid_t tid) {
 uid_t owner_of_process(pid_t pid) {
   struct stat st;
   return ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0 ? st.st_uid : uid_t(-1);
+}
+
+namespace {
+std::string link_of(const std::string &path) {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf);
+  return n > 0 ? std::string(buf, size_t(n)) : std::string();
+}
+}  // namespace
+
+std::optional<bool> has_capability(pid_t tid, int cap) {
+  std::string dir = "/proc/" + std::to_string(tid);
+  std::ifstream f(dir + "/status");
+  std::string line;
+  std::optional<bool> has;
+  while (std::getline(f, line)) {
+    if (line.rfind("CapEff:", 0) != 0) continue;
+    try {
+      has = (std::stoull(line.substr(7), nullptr, 16) >> cap) & 1;
+    } catch (const std::exception &) {
+      return std::nullopt;
+    }
+    break;
+  }
+  if (has && *has) {
+    static const std::string own_ns = link_of("/proc/self/ns/user");
+    std::string ns = link_of(dir + "/ns/user");
+    if (ns.empty()) return std::nullopt;
+    if (ns != own_ns) return false;
+  }
+  return has;
 }
 
 }  // namespace txnfs

@@ -2,6 +2,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <optional>
 #include <utility>
 
 namespace txnfs {
@@ -10,5 +11,12 @@ namespace txnfs {
 std::pair<pid_t, pid_t> tgid_ppid(pid_t tid);
 // The owner (uid) of process `pid`; uid_t(-1) when it is gone.
 uid_t owner_of_process(pid_t pid);
+
+inline constexpr int kCapFsetid = 4;  // CAP_FSETID (linux/capability.h)
+// Whether thread `tid` has capability `cap` in its effective set, as the kernel's
+// capable() would answer for it: a thread in another user namespace than this process
+// has none here (capabilities count in their own namespace only). nullopt when /proc
+// cannot tell (the thread is gone).
+std::optional<bool> has_capability(pid_t tid, int cap);
 
 }  // namespace txnfs
