@@ -309,6 +309,8 @@ class Gen:
             if name in ("rmdir", "readdir", "fsyncdir") and r.random() < 0.5:
                 p = r.choice(self.dirs)
             o = {"p": p}
+            if name == "readdir" and r.random() < 0.5:
+                o["k"] = r.randint(1, 8)  # read k entries, then go on on a new handle
         elif name == "rename":
             q = self.path()
             if r.random() < 0.2:
@@ -661,6 +663,10 @@ def _body_umask(root: str, o: dict):
     if name == "statfs":
         s = os.statvfs(P())
         return {"bsize": s.f_bsize, "namemax": s.f_namemax}
+    if name == "readdir" and "k" in o:
+        # seekdir to the first part's telldir on a new handle, as NFS-Ganesha continues
+        # a READDIR: each name once (a repeated one stays in the sorted list)
+        return sorted(tl.continued_listing(P(), o["k"]))
     if name == "readdir":
         return sorted([n, t] for n, (t, _) in tl.readdir_types(P()).items())
     if name == "readlink":

@@ -207,11 +207,16 @@ TEST_CASE("the committed listing hides what an open transaction made and shows w
 
   DIR *dp = ::opendir(c.env.paths.tree.c_str());
   REQUIRE(dp);
-  CHECK(c.names(c.env.view.listing(root->nodeid, dp)) == std::set<std::string>{".", "..", "kept", "old"});
+  CommittedListing during = c.env.view.listing(root->nodeid, dp);
+  CHECK(during.changed);  // its offsets cannot be the tree's cookies
+  CHECK(c.names(during.entries) == std::set<std::string>{".", "..", "kept", "old"});
   CHECK(c.env.view.before(root->nodeid, "new").has_value());
   CHECK(!c.env.view.before(root->nodeid, "new")->existed);
   CHECK(c.txns->abort(::getuid(), t->id()) == 0);
-  CHECK(c.names(c.env.view.listing(root->nodeid, dp)) == std::set<std::string>{".", "..", "kept", "old"});
+  CommittedListing after = c.env.view.listing(root->nodeid, dp);
+  CHECK(!after.changed);  // the tree's own listing, with its cookies
+  CHECK(c.names(after.entries) == std::set<std::string>{".", "..", "kept", "old"});
+  for (auto &e : after.entries) CHECK(e.cookie != 0);
   CHECK(!c.env.view.before(root->nodeid, "new"));
   ::closedir(dp);
   struct stat st;
