@@ -172,8 +172,11 @@ def populate(root: Path, seed: int, area_names: list[str]):
             for name, mode in (("u4", 0o4777), ("u2", 0o2777), ("u6", 0o6777)):
                 tl.write_file(r / name, rng.randbytes(8192), 0o777)
                 os.chmod(r / name, mode)
+            # nobody's own set-ID file, of a group it is not in: what nobody's writes,
+            # chowns and ACLs clear of it depends on that (the daemon clears it)
             tl.write_file(r / "n0", rng.randbytes(100), 0o644)
-            os.chown(r / "n0", NOBODY, NOBODY)
+            os.chown(r / "n0", NOBODY, 0)
+            os.chmod(r / "n0", 0o6644)
             os.setxattr(r / "f0", "user.a", rng.randbytes(20))
             os.setxattr(r / "f0", "trusted.t", b"t")
             os.setxattr(r / "f1", "system.posix_acl_access", ACLS["nobody"])
@@ -202,7 +205,7 @@ GEN_WEIGHTS = {
 }
 GEN_OPS = sorted(GEN_WEIGHTS)
 AS_NOBODY = {"create", "open", "write", "truncate", "ftruncate", "mkdir", "chmod", "setxattr",
-             "unlink", "rename", "utimens", "fallocate", "link"}
+             "unlink", "rename", "utimens", "fallocate", "link", "dwrite", "copy_range", "chown"}
 
 # Ops that create an object run under one of these umasks now and then (else 0): with
 # POSIX_ACL the daemon applies the umask itself, unless the parent has a default ACL.
@@ -465,9 +468,31 @@ def _h(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()[:16]
 
 
+STATX_MODE = 0x2
+tl.libc.statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint,
+                          ctypes.c_void_p]
+tl.libc.statx.restype = ctypes.c_int
+
+
+def _cached_mode(path=None, fd=None) -> int:
+    """The mode as statx(STATX_MODE) answers it (`stat -c %a` asks so): from the kernel's
+    cached attributes, unless the kernel invalidated the mode. A full stat refetches
+    them after every write for the size's sake, and would hide a stale set-ID bit."""
+    buf = ctypes.create_string_buffer(256)
+    if fd is not None:
+        rc = tl.libc.statx(fd, b"", tl.AT_EMPTY_PATH, STATX_MODE, buf)
+    else:
+        rc = tl.libc.statx(tl.AT_FDCWD, os.fsencode(path), AT_SYMLINK_NOFOLLOW, STATX_MODE, buf)
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), path)
+    return struct.unpack_from("<H", buf, 28)[0]
+
+
 def _fst(fd) -> dict:
+    mode = _cached_mode(fd=fd)   # (first: the full stat below refreshes the cache)
     st = os.fstat(fd)
-    return {"mode": oct(st.st_mode), "size": st.st_size, "nlink": st.st_nlink,
+    return {"mode": oct(mode), "size": st.st_size, "nlink": st.st_nlink,
             "uid": st.st_uid, "gid": st.st_gid}
 
 
@@ -672,8 +697,9 @@ def _body_umask(root: str, o: dict):
     if name == "readlink":
         return os.readlink(P())
     if name == "stat":
+        mode = _cached_mode(P())
         st = os.lstat(P())
-        r = {"mode": oct(st.st_mode), "nlink": st.st_nlink, "uid": st.st_uid, "gid": st.st_gid}
+        r = {"mode": oct(mode), "nlink": st.st_nlink, "uid": st.st_uid, "gid": st.st_gid}
         if not stat.S_ISDIR(st.st_mode):
             r["size"] = st.st_size
         return r
@@ -1090,6 +1116,8 @@ class Fuzzer:
     def __init__(self, workdir: Path | None = None, log=print, deadline=OP_DEADLINE):
         self.own = workdir is None
         self.work = Path(tempfile.mkdtemp(prefix="txnfs-fuzz-")) if workdir is None else workdir
+        # (mkdtemp makes it 0700: the ops run as nobody must reach the trees below it)
+        os.chmod(self.work, 0o755)
         self.env = crashlib.Env(self.work, size=1 << 30)
         self.n = 0
         self.log = log

@@ -183,6 +183,36 @@ def test_whiteout_outside_transactions_has_a_row(mnt):
     assert stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
+def _whiteout_as_nobody(d: str, mount: str | None):
+    """In a child as nobody: W f0 f1 (inside its own transaction when `mount`), then the
+    whiteout's owner and mode."""
+    tid = tl.txn_begin(mount) if mount else None
+    tl.renameat2(os.path.join(d, "f0"), os.path.join(d, "f1"), W)
+    st = os.lstat(os.path.join(d, "f0"))
+    if mount:
+        assert tl.txn_commit(mount, tid) == 0
+    return st.st_uid, st.st_gid, st.st_mode
+
+
+@pytest.mark.parametrize("in_txn", [False, True], ids=["plain", "transaction"])
+@pytest.mark.parametrize("setgid", [False, True], ids=["dir", "setgid dir"])
+def test_whiteout_belongs_to_its_caller_as_on_xfs(mnt, xfs, in_txn, setgid):
+    """XFS makes the whiteout with the caller's ids (the directory's group in a set-group-ID
+    directory), as any new object; the daemon renames as root."""
+    got = {}
+    for root in (xfs.dir / "ref", mnt.path / "sub"):
+        root.mkdir()
+        os.chmod(root, 0o2777 if setgid else 0o777)
+        touch(root / "f0", b"x")
+        mount = str(mnt.path) if in_txn and root.parent == mnt.path else None
+        got[root] = tl.as_user(_whiteout_as_nobody, str(root), mount)
+    want = got[xfs.dir / "ref"]
+    assert want[0] == tl.NOBODY_UID
+    assert got[mnt.path / "sub"] == want
+    st = os.lstat(mnt.path / "sub" / "f0")  # committed, through a fresh lookup
+    assert (st.st_uid, st.st_gid, st.st_mode) == want
+
+
 @pytest.mark.parametrize("case", ["whiteout, exchange back", "exchange, rm source",
                                   "whiteout over target"])
 def test_crash_while_an_abort_removes_its_log(mnt, case):

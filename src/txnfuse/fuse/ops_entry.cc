@@ -663,7 +663,13 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
         fs.db->set_handle_name(src_id, newparent, newname);
       });
     }
-    if (!err && (flags & RENAME_WHITEOUT)) record_whiteout(fs, p, name);
+    if (!err && (flags & RENAME_WHITEOUT)) {
+      // XFS makes the whiteout with the caller's ids (as any new object); the daemon
+      // made it as root. The rename is done: a failure here is only reported.
+      if (int e = own_new_entry(req, dir.get(), name, S_IFCHR))
+        spdlog::warn("giving whiteout {} in {} to its caller: {}", name, parent, std::strerror(e));
+      record_whiteout(fs, p, name);
+    }
   } catch (const std::exception &ex) {
     spdlog::error("recording rename {} -> {}: {}", name, newname, ex.what());
   }
