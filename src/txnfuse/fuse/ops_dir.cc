@@ -11,7 +11,6 @@
 #include <cstring>
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,30 +79,40 @@ int64_t ctime_ns(DIR *dp) {
   return int64_t(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
 }
 
-// Whether `name` is in directory `dir` in the committed state now: the tree first, then
-// what open transactions recorded (the order committed_view.h makes consistent).
-bool committed_name(Fs &fs, uint64_t dir, DIR *dp, const std::string &name) {
-  bool found = false;
+// Which names of `l`, from entry k on, are in directory `dir` in the committed state now:
+// the tree first, then what open transactions recorded (the order committed_view.h makes
+// consistent).
+std::vector<bool> committed_names(Fs &fs, uint64_t dir, DIR *dp, const Listing &l, size_t k) {
+  std::vector<bool> found(l.entries.size());
+  // One attempt for all the names: a transaction that ends between two of them would
+  // otherwise show a reader the names of one batch on both sides of its commit.
   fs.view.until_quiet([&] {
-    struct stat st;
-    bool in_tree = ::fstatat(::dirfd(dp), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-    auto b = fs.view.before(dir, name);
-    found = b ? b->existed : in_tree;
+    for (size_t j = k; j < l.entries.size(); j++) {
+      const std::string &name = l.entries[j].name;
+      if (is_dot_or_dotdot(name.c_str())) {
+        found[j] = true;
+        continue;
+      }
+      struct stat st;
+      bool in_tree = ::fstatat(::dirfd(dp), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+      auto b = fs.view.before(dir, name);
+      found[j] = b ? b->existed : in_tree;
+    }
     return true;
   });
   return found;
 }
 
 // Entries [k, end) of `l`, as many as fit in `size`, each with the offset after it;
-// with `keep`, only those it keeps.
+// when `keep` is not empty, only those it marks.
 void reply_listing(fuse_req_t req, const Listing &l, size_t k, size_t size, bool plus,
-                   const std::function<bool(const ListedEntry &)> &keep) {
+                   const std::vector<bool> &keep) {
   std::vector<char> buf(size);
   char *p = buf.data();
   size_t rem = size;
   for (; k < l.entries.size(); k++) {
     const ListedEntry &s = l.entries[k];
-    if (keep && !is_dot_or_dotdot(s.name.c_str()) && !keep(s)) continue;
+    if (!keep.empty() && !keep[k]) continue;
     off_t next = off_t(l.offset_after(k));
     size_t n;
     if (plus) {  // no attributes: the kernel looks each entry up (plain lookups)
@@ -137,9 +146,9 @@ void serve(Op &op, fuse_req_t req, uint64_t nodeid, DirHandle &d, std::shared_pt
   d.snap = std::move(l);
   d.offset = -1;  // reading a snapshot moved the stream
   d.entry = nullptr;
-  std::function<bool(const ListedEntry &)> keep;
+  std::vector<bool> keep;
   if (!op.txn() && (!d.snap->by_cookie || ctime_ns(d.dp) != d.snap->ctime_ns))
-    keep = [&](const ListedEntry &e) { return committed_name(op.fs(), nodeid, d.dp, e.name); };
+    keep = committed_names(op.fs(), nodeid, d.dp, *d.snap, k);
   reply_listing(req, *d.snap, k, size, plus, keep);
 }
 
