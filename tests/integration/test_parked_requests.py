@@ -191,9 +191,12 @@ def test_waiters_granted_in_arrival_order(mnt):
         fd = os.open(f, os.O_WRONLY)
         try:
             os.pwrite(fd, b"PLAIN", 0)
+            # Recorded when the write is done, before the close: T2 may read (and
+            # record) as soon as the write's X is released, while this thread is
+            # still closing.
+            order.append("write")
         finally:
             os.close(fd)
-        order.append("write")
 
     t1 = reader("t1", True)
     w = threading.Thread(target=plain_write, daemon=True)
