@@ -92,6 +92,23 @@ def txns(mnt):
         t.close()
 
 
+class OpenOrNot:
+    """A transaction (from `txns`) open at the first read if `first`; `between`, called
+    between the two parts of a listing, commits it or begins one so that a transaction
+    is open at the continuation exactly if `cont`. `t` is the one open, if any."""
+
+    def __init__(self, txns, first, cont):
+        self.txns, self.cont = txns, cont
+        self.t = txns() if first else None
+
+    def between(self):
+        if self.t and not self.cont:
+            self.t.end("commit")
+            self.t = None
+        elif self.cont and not self.t:
+            self.t = self.txns()
+
+
 def populate(d, names=SUBDIRS):
     d.mkdir()
     for n in names:
@@ -153,17 +170,7 @@ def test_continuation_gives_each_entry_once(mnt, txns, first, cont, count):
     d = mnt.path / "top"
     want = populate(d)
     os.listdir(d)  # a listing the kernel may cache, while no transaction is open
-    t = txns() if first else None
-
-    def between():
-        nonlocal t
-        if t and not cont:
-            t.end("commit")
-            t = None
-        elif cont and not t:
-            t = txns()
-
-    got = continued_listing(d, count, between)
+    got = continued_listing(d, count, OpenOrNot(txns, first, cont).between)
     check_once(got, want, want, f"open at first read {first}, at continuation {cont}")
     assert sorted(got) == want
 
@@ -334,19 +341,10 @@ def test_nfs_readdir_continuation_lists_each_entry_once(mnt, txns, tmp_path):
             nfs.Client(g.port, minorversion=0) as c:
         for first, cont in ((True, True), (True, False), (False, True), (False, False)):
             for tag in ("", "txn:readdir"):
-                t = txns() if first else None
-
-                def between():
-                    nonlocal t
-                    if t and not cont:
-                        t.end("commit")
-                        t = None
-                    elif cont and not t:
-                        t = txns()
-
-                got = nfs_listing(c, 1024, between, tag)
-                if t:
-                    t.end("abort")
+                s = OpenOrNot(txns, first, cont)
+                got = nfs_listing(c, 1024, s.between, tag)
+                if s.t:
+                    s.t.end("abort")
                 what = f"open at first READDIR {first}, at continuation {cont}, tag {tag!r}"
                 check_once(got, SUBDIRS, SUBDIRS, what)
                 assert sorted(got) == SUBDIRS, what
