@@ -7,6 +7,7 @@ import json
 import os
 import queue
 import threading
+import time
 
 import txnfs_lib as tl
 
@@ -256,6 +257,29 @@ def test_durable_commit_makes_earlier_lazy_commits_durable(mnt):
     mnt.mount()
     assert (mnt.path / "lazy").read_bytes() == b"l"
     assert (mnt.path / "durable").read_bytes() == b"d"
+
+
+def test_only_the_flusher_or_a_request_makes_a_lazy_commit_durable(mnt):
+    """A durable commit leaves records for the cleaner to forget, in a round of its own
+    (100 ms later). That round must leave a lazy commit made meanwhile queued: with
+    --lazy-flush-ms 60000 it is still not durable a second later, and a kill loses it."""
+    mnt.remount("--lazy-flush-ms", NEVER)
+    th = TxnThread()
+    try:
+        def durable():
+            tid = tl.txn_begin(mnt.path)
+            tl.write_file(mnt.path / "durable", b"d")
+            assert tl.txn_commit(mnt.path, tid) == 0
+        th(durable)
+        lazily(mnt, th, lambda: tl.write_file(mnt.path / "lazy", b"l"))
+    finally:
+        th.close()
+    time.sleep(1.0)   # well past the cleaner's round
+    assert lazy_status(mnt)["not_durable"] == 1
+    mnt.kill9()
+    mnt.mount()
+    assert (mnt.path / "durable").read_bytes() == b"d"
+    assert not (mnt.path / "lazy").exists()
 
 
 def test_plain_change_after_a_lazy_commit_makes_it_durable_first(mnt):

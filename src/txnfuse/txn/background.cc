@@ -130,7 +130,7 @@ bool TxnManager::forget_records() {
     }
   }
   // A round deletes forget_after_sync_ after its syncfs (and forget_now_ again).
-  if (after_sync) sync();
+  if (after_sync) group_commit(nullptr, Round::kCleaner);
   return forget_records_done();
 }
 

@@ -85,11 +85,11 @@ void TxnManager::count_lazy_stashes(Txn &t, int sign) {
 // no records to write or forget, does not touch SQLite. Where the mark is refused, lazy
 // commits get commit records in the round's SQLite transaction instead, in commit
 // order: SQLite's WAL keeps a prefix of its transactions after a crash.
-int TxnManager::group_commit(Txn *t, bool timer) {
+int TxnManager::group_commit(Txn *t, Round why) {
   MutexLock l(gc_mu_);
   uint64_t ticket = ++gc_requested_;
   if (t) gc_queue_.push_back(t);
-  if (!timer) gc_rows_ = true;
+  if (why == Round::kAsked) gc_rows_ = true;
   int mine = 0;
   while (gc_done_ < ticket) {
     if (gc_leader_) {
@@ -99,7 +99,8 @@ int TxnManager::group_commit(Txn *t, bool timer) {
     gc_leader_ = true;
     std::vector<Txn *> batch;
     batch.swap(gc_queue_);
-    lazy_in_round_.swap(lazy_queue_);
+    // (A cleaner's round alone leaves them queued; one asked for while it runs takes them.)
+    if (why != Round::kCleaner || gc_rows_) lazy_in_round_.swap(lazy_queue_);
     std::vector<TxnPtr> lazy(lazy_in_round_.begin(), lazy_in_round_.end());
     // Records to forget: the logs of these were removed before this syncfs starts.
     std::vector<uint64_t> forget, forget_now;
@@ -226,7 +227,7 @@ void TxnManager::flusher_loop() {
       }
     }
     l.unlock();
-    if (group_commit(nullptr, true) != 0) {
+    if (group_commit(nullptr, Round::kFlusher) != 0) {
       // The store cannot be synced (the error is logged): try again a little later.
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

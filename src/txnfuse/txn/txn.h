@@ -284,10 +284,14 @@ class TxnManager {
   using Invalidations = std::vector<std::pair<uint64_t, std::string>>;
   Invalidations end_invalidations(Txn &t, bool commit) REQUIRES(t.mu);
   int durable_commit(Txn &t) EXCLUDES(gc_mu_);
-  // One group-commit round at a time: makes `t` (if any) and every lazy commit queued
-  // before the round durable. `timer`: asked for by the flusher alone; a round that only
-  // it asked for leaves kept handle rows in their journal (MetaDb::sync).
-  int group_commit(Txn *t, bool timer = false) EXCLUDES(gc_mu_);
+  // One group-commit round at a time: makes `t` (if any) durable, and every lazy commit
+  // queued before the round unless only the cleaner asked for it. Who asks: a commit,
+  // fsync or sync (kAsked: kept handle rows are written to SQLite), the flusher
+  // (kFlusher: rows stay in their journal, MetaDb::sync) or the cleaner (kCleaner:
+  // records of discarded logs are forgotten, lazy commits stay queued, so that only
+  // --lazy-flush-ms or a request for durability makes them durable).
+  enum class Round { kAsked, kFlusher, kCleaner };
+  int group_commit(Txn *t, Round why = Round::kAsked) EXCLUDES(gc_mu_);
   int lazy_commit(TxnPtr t) EXCLUDES(gc_mu_);
   // What a commit does once its record is durable: the log's links to objects whose
   // names it removed go, and the log is queued for removal.
