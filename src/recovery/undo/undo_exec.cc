@@ -134,10 +134,9 @@ class Executor {
   // The object `id` names, or no fd when it no longer exists (stale handle, or
   // unlinked and only kept alive by someone's open fd).
   UniqueFd open_obj(const BackingId &id, int flags, const char *what) {
-    int fd = open_by_fh(ctx_.mount_fd, id.fh, flags | O_CLOEXEC);
-    if (fd == -ESTALE || fd == -ENOENT) return UniqueFd();
-    if (fd < 0) fail(fmt::format("open {} (inode {}) by handle", what, id.ino), -fd);
-    UniqueFd f(fd);
+    UniqueFd f = open_by_fh(ctx_.mount_fd, id.fh, flags | O_CLOEXEC);
+    if (!f && (f.err() == ESTALE || f.err() == ENOENT)) return UniqueFd();
+    if (!f) fail(fmt::format("open {} (inode {}) by handle", what, id.ino), f.err());
     struct stat st;
     if (::fstat(f.get(), &st) != 0) fail(fmt::format("stat {}", what), errno);
     if (st.st_nlink == 0) return UniqueFd();
