@@ -29,9 +29,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "crash"))
-
-import crashlib  # noqa: E402
+from txnfs_testing import crashlib
 
 POINTS = int(os.environ.get("TXNFS_CRASH_POINTS", "35"))
 
@@ -134,7 +132,7 @@ def test_checker_reads_a_commit_that_changed_nothing_both_ways():
 def test_crash_at_is_checked():
     """An unknown point or a bad count in TXNFS_CRASH_AT makes every command refuse."""
     import subprocess
-    import txnfs_lib as tl
+    from txnfs_testing import txnfs_lib as tl
     for bad in ("no.such.point:1", "txn.after_begin:0", "txn.after_begin:x"):
         p = subprocess.run([tl.txnfs_bin(), "crash-points"], capture_output=True, text=True,
                            env={**os.environ, "TXNFS_CRASH_AT": bad})

@@ -10,14 +10,10 @@ use tests/fuzz/run. A failure shows its seed, oracle and a minimised reproducer.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
-
-import fuzzlib as fz  # noqa: E402
+from txnfs_testing import fuzzlib as fz
 
 SEED = int(os.environ.get("TXNFS_FUZZ_SEED", "1000"))
 SEEDS = int(os.environ.get("TXNFS_FUZZ_SEEDS", "25"))

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """bench/tcnfs-eval — the TC-NFS evaluation (Su et al., SYSTOR 2020), scaled to this machine.
 
 Three server configurations on one XFS image, driven by the same client library
@@ -59,9 +58,7 @@ import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-
-from nfsstack import (CONFIGS, MIB, NFSBENCH, REPO, Stack, ensure_built, label,  # noqa: E402
+from nfsstack import (CONFIGS, MIB, NFSBENCH, REPO, Stack, ensure_built, label,
                       run_workload, tl)
 
 KIB = 1 << 10
@@ -885,7 +882,9 @@ def plots(out: Path, sc: Scale, rows: list[dict]) -> None:
 # ------------------------------------------------------------------------------------
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="bench/tcnfs-eval", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke check: small counts, 1 repetition")
     ap.add_argument("--reps", type=int, help="repetitions (default 3, --quick 1)")
     ap.add_argument("--groups", default=",".join(GROUPS), help=f"any of {','.join(GROUPS)}")

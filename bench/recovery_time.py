@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """bench/recovery-time: how long recovery of an interrupted big transaction takes.
 
 On a fresh loop-mounted XFS store (tests/crash/crashlib.Env): commits a tree of
@@ -23,11 +22,9 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "crash"))
-
-import crashlib  # noqa: E402
-import snapshot as S  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import crashlib
+from txnfs_testing import snapshot as S
+from txnfs_testing import txnfs_lib as tl
 
 
 def big_transaction(mnt: Path, nops: int, nfiles: int, rng: random.Random) -> dict:
@@ -97,7 +94,7 @@ def big_transaction(mnt: Path, nops: int, nfiles: int, rng: random.Random) -> di
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="bench/recovery-time", description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", type=int, default=10000, help="operations in the transaction")
     ap.add_argument("--files", type=int, default=2000, help="committed files to start from")
     ap.add_argument("--limit", type=float, default=5.0, help="seconds recovery may take")

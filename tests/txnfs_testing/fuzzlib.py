@@ -42,7 +42,6 @@ import signal
 import stat
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -50,12 +49,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "tests" / "crash"))
-
-import crashlib  # noqa: E402
-import snapshot as snap  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import crashlib
+from txnfs_testing import snapshot as snap
+from txnfs_testing import txnfs_lib as tl
 
 NOBODY = tl.NOBODY_UID
 OP_DEADLINE = float(os.environ.get("TXNFS_FUZZ_DEADLINE", "30"))   # a stalled op fails

@@ -55,7 +55,6 @@ import sqlite3
 import stat
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -63,9 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "integration"))
-
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import txnfs_lib as tl
 
 KINDS = ("kill", "power", "inject")
 MAX_FILES = 40          # per thread: beyond this the workload prefers removals

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Crash-test txnfs: tests/crash/run --seed S --points N --kind kill|power|inject|all
 
 Runs N crash cycles (see crashlib.py): a concurrent, seeded transactional workload on a
@@ -19,13 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import crashlib  # noqa: E402
+from txnfs_testing import crashlib
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="tests/crash/run", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=None, help="workload and crash seed (default: random, printed)")
     ap.add_argument("--points", type=int, default=30, help="number of crashes (default 30)")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Differential op-space fuzzer for txnfs (see fuzzlib.py for the oracles).
 
     tests/fuzz/run --seeds N [--seed S] [--oracle abort|commit|plain|crash|all]
@@ -18,13 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import fuzzlib as fz  # noqa: E402
+from txnfs_testing import fuzzlib as fz
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="tests/fuzz/run", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=10, help="seeds per oracle (default 10)")
     ap.add_argument("--seed", type=int, help="first seed (default: random, printed)")
     ap.add_argument("--oracle", default="all", choices=("abort", "commit", "plain", "crash", "all"))

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """bench/nfs-bench — NFS workloads against three server configurations, side by side.
 
     V  Debian's unpatched ganesha.nfsd exporting a plain directory of the XFS image
@@ -32,13 +31,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from nfsstack import CONFIGS, NFSBENCH, Stack, ensure_built, label, run_workload, size_of  # noqa: E402,F401
+from nfsstack import CONFIGS, NFSBENCH, Stack, ensure_built, label, run_workload, size_of  # noqa: F401
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="bench/nfs-bench", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--files", type=int, default=1000, help="files per client and size (default 1000)")
     ap.add_argument("--sizes", default="4K", help="file sizes, comma-separated (default 4K)")
     ap.add_argument("--clients", default="1", help="client counts, comma-separated (default 1)")
