@@ -1,6 +1,6 @@
 """bench/recovery-time: how long recovery of an interrupted big transaction takes.
 
-On a fresh loop-mounted XFS store (tests/crash/crashlib.Env): commits a tree of
+On a fresh loop-mounted XFS store (txnfs_testing.crash.env.Env): commits a tree of
 --files files, then runs ONE transaction of --ops operations through the mount (mixed:
 overwrites at random offsets, appends, truncations, chmod, setxattr, creates, mkdir,
 renames, hard links, unlinks), kill -9s the daemon before it commits, and times
@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from txnfs_testing import crashlib
+from txnfs_testing.crash.env import Env
 from txnfs_testing import snapshot as S
 from txnfs_testing import txnfs_lib as tl
 
@@ -114,7 +114,7 @@ def main() -> int:
     rng = random.Random(args.seed)
     import tempfile
     work = Path(tempfile.mkdtemp(prefix="txnfs-recovery-time-"))
-    env = crashlib.Env(work, size=args.image_gib << 30)
+    env = Env(work, size=args.image_gib << 30)
     status = 1
     try:
         rc, _ = env.mount("prepare")

@@ -14,6 +14,7 @@ child which imports it passes txnfs_lib.python_env() as the child's environment.
     nfs_lib           the kernel NFS client mounts of those servers
     nfs4_probe        a minimal NFSv4.0/4.1 client (COMPOUNDs by hand)
     nfs4_conformance  the NFSv4 conformance script over nfs4_probe
-    crashlib          the crash-test harness
-    fuzzlib           the differential op-space fuzzer
+    crash/            the crash-test harness (python3 -m txnfs_testing.crash: tests/crash/run)
+    fuzz/             the differential op-space fuzzer (python3 -m txnfs_testing.fuzz:
+                      tests/fuzz/run)
 """

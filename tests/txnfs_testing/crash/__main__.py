@@ -1,6 +1,6 @@
 """Crash-test txnfs: tests/crash/run --seed S --points N --kind kill|power|inject|all
 
-Runs N crash cycles (see crashlib.py): a concurrent, seeded transactional workload on a
+Runs N crash cycles (txnfs_testing/crash/__init__.py): a concurrent, seeded transactional workload on a
 fresh loop-mounted XFS store, crashed by kill -9, a power cut (xfs_io shutdown without
 -f) or an injected crash point (`txnfs crash-points`), then recovered and checked:
 acknowledged commits present, everything else all-or-nothing, fsck clean, no backups
@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from txnfs_testing import crashlib
+from txnfs_testing.crash.driver import Runner, Violation
+from txnfs_testing.crash.points import crash_points, points_markdown
 
 
 def main() -> int:
@@ -48,10 +49,10 @@ def main() -> int:
     args = ap.parse_args()
 
     if args.list_points and args.markdown:
-        print(crashlib.points_markdown())
+        print(points_markdown())
         return 0
     if args.list_points:
-        for name, where, tests in crashlib.crash_points():
+        for name, where, tests in crash_points():
             print(f"{name}\n    where: {where}\n    tests: {tests}")
         return 0
     if os.geteuid() != 0:
@@ -61,7 +62,7 @@ def main() -> int:
     print(f"crash test: seed {seed}, {args.points} crashes, kind {args.kind}, "
           f"{args.threads} threads", flush=True)
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
-    r = crashlib.Runner(seed, args.kind, threads=args.threads, workdir=args.workdir,
+    r = Runner(seed, args.kind, threads=args.threads, workdir=args.workdir,
                         lazy_rate=args.lazy_rate,
                         keep_going=args.keep_going, log=log, only_point=args.point,
                         max_delay=args.max_delay, keep_image=args.keep_image)
@@ -69,7 +70,7 @@ def main() -> int:
     status = 0
     try:
         r.run(args.points)
-    except crashlib.Violation as e:
+    except Violation as e:
         if str(e) not in r.stats.violations:     # (check() printed its own already)
             r.stats.violations.append(str(e))
             print(f"VIOLATION: {e}\n  replay: tests/crash/run --seed {seed} --points "

@@ -1,4 +1,4 @@
-"""Differential op-space fuzzer for txnfs (see fuzzlib.py for the oracles).
+"""Differential op-space fuzzer for txnfs (the oracles: txnfs_testing/fuzz/__init__.py).
 
     tests/fuzz/run --seeds N [--seed S] [--oracle abort|commit|plain|crash|all]
                    [--procs 1|4] [--ops K] [--no-shrink] [--keep-going]
@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from txnfs_testing import fuzzlib as fz
+from txnfs_testing.fuzz import driver, generator, workers
+from txnfs_testing.fuzz.oracles import Fuzzer
 
 
 def main() -> int:
@@ -37,7 +38,7 @@ def main() -> int:
     ap.add_argument("--shrink-seconds", type=float, default=300)
     ap.add_argument("--keep-going", action="store_true", help="go on after a failure")
     ap.add_argument("--replay", type=Path, help="run one reproducer file and exit")
-    ap.add_argument("--deadline", type=float, default=fz.OP_DEADLINE,
+    ap.add_argument("--deadline", type=float, default=workers.OP_DEADLINE,
                     help="seconds before an op counts as stalled (default 30)")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args()
@@ -47,14 +48,14 @@ def main() -> int:
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     t0 = time.monotonic()
     for op in args.without:
-        if op not in fz.GEN_WEIGHTS:
-            ap.error(f"--without {op}: no such op ({', '.join(fz.GEN_OPS)})")
-        fz.GEN_WEIGHTS[op] = 0
-    fuzzer = fz.Fuzzer(log=log, deadline=args.deadline)
+        if op not in generator.GEN_WEIGHTS:
+            ap.error(f"--without {op}: no such op ({', '.join(generator.GEN_OPS)})")
+        generator.GEN_WEIGHTS[op] = 0
+    fuzzer = Fuzzer(log=log, deadline=args.deadline)
     status = 0
     try:
         if args.replay:
-            case = fz.parse_case(args.replay.read_text())
+            case = generator.parse_case(args.replay.read_text())
             f = fuzzer.check(case)
             print(f"replay: {'FAILED: ' + str(f) if f else 'passed'}")
             if f and f.report:
@@ -65,14 +66,14 @@ def main() -> int:
         procs = args.procs or [1, 4]
         print(f"fuzz: seeds {seed0}..{seed0 + args.seeds - 1}, oracles {','.join(oracles)}, "
               f"procs {procs}, {args.ops} ops per process", flush=True)
-        results = fz.soak(fuzzer, seed0, args.seeds, oracles, procs, args.ops, log=log,
+        results = driver.soak(fuzzer, seed0, args.seeds, oracles, procs, args.ops, log=log,
                           shrink=not args.no_shrink, shrink_seconds=args.shrink_seconds,
                           keep_going=args.keep_going, crash_kind=args.crash_kind,
                           point=args.point)
         if args.quiet:          # (otherwise printed as they happened)
             for r in results:
                 print(r)
-        print(fz.summary(fuzzer.stats))
+        print(driver.summary(fuzzer.stats))
         status = 1 if results else 0
     except KeyboardInterrupt:
         print("interrupted")
