@@ -11,7 +11,7 @@ child which imports it passes txnfs_lib.python_env() as the child's environment.
                       syscalls Python lacks, running as another uid
     snapshot          byte-for-byte snapshots of a tree, and their comparison
     ganesha_lib       the patched NFS-Ganesha (+ bridge) and the plain one, as servers
-    nfs_lib           the kernel NFS client mounts of those servers
+    nfs_lib           the txnfs-nfs client: one COMPOUND per call, its JSON
     nfs4_probe        a minimal NFSv4.0/4.1 client (COMPOUNDs by hand)
     nfs4_conformance  the NFSv4 conformance script over nfs4_probe
     crash/            the crash-test harness (python3 -m txnfs_testing.crash: tests/crash/run)
