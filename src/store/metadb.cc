@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "store/error.h"
+#include "store/fault_point.h"
 #include "store/handle_journal.h"
 #include "store/schema_sql.h"
 
@@ -564,6 +565,8 @@ void MetaDb::note_rollback(uint64_t id) {
 
 void MetaDb::record_committed_txn(const TxnRow &t) {
   RecursiveMutexLock g(mu_);
+  if (int e = TXNFS_FAULT("db.commit_record"))
+    throw Error(e, fmt::format("metadata database {}: commit record of {}", path_, t.id));
   Stmt s(*this, commit_txn_);
   bind_row(s, t);
   s.step();
@@ -720,6 +723,7 @@ void MetaDb::transaction(const std::function<void()> &fn) {
 // commits would go to a deleted file and be lost at the next crash or unmount.
 void MetaDb::sync(bool write_kept) {
   RecursiveMutexLock g(mu_);
+  if (int e = TXNFS_FAULT("db.sync")) throw Error(e, fmt::format("fsync of {}-wal", path_));
   // Without `write_kept`, kept handle changes stay kept: their journal, synced here,
   // makes them durable (the next mount's recovery replays it), and no SQLite transaction
   // is written for them; flush_handles() does, every StepMirror::kInterval.
