@@ -120,7 +120,7 @@ MetaDb::~MetaDb() {
     // Still in the journal: the next mount's recovery writes them.
   }
   for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
-                 clear_name_, all_handles_, count_handles_, open_txn_, commit_txn_, lazy_txn_, del_txn_,
+                 clear_name_, all_handles_, count_handles_, open_txn_, commit_txn_, rollback_txn_, lazy_txn_, del_txn_,
                  committed_, all_txns_, del_undo_, insert_undo_, orphan_undo_, add_damage_,
                  open_damage_, accept_damage_})
     sqlite3_finalize(s);
@@ -194,6 +194,9 @@ void MetaDb::prepare_all() {
       "INSERT INTO txns(id, state, uid, pid, flags, started, ended) "
       "VALUES (?1, 'committed', ?2, ?3, ?4, ?5, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
       "ON CONFLICT(id) DO UPDATE SET state = 'committed', ended = excluded.ended");
+  rollback_txn_ = prep(
+      "INSERT INTO txns(id, state, uid, pid, flags, started) VALUES (?1, 'active', ?2, ?3, ?4, ?5) "
+      "ON CONFLICT(id) DO UPDATE SET state = 'active', ended = NULL");
   lazy_txn_ = prep(
       "INSERT INTO txns(id, state, uid, pid, flags, started, ended) "
       "VALUES (?1, 'active', ?2, ?3, ?4, ?5, ?6) "
@@ -568,6 +571,13 @@ void MetaDb::record_committed_txn(const TxnRow &t) {
   if (int e = TXNFS_FAULT("db.commit_record"))
     throw Error(e, fmt::format("metadata database {}: commit record of {}", path_, t.id));
   Stmt s(*this, commit_txn_);
+  bind_row(s, t);
+  s.step();
+}
+
+void MetaDb::record_rolling_back(const TxnRow &t) {
+  RecursiveMutexLock g(mu_);
+  Stmt s(*this, rollback_txn_);
   bind_row(s, t);
   s.step();
 }

@@ -244,6 +244,27 @@ def test_plain_request_gets_the_errno(mnt, err_name):
     remount_and_check(mnt, settled_snapshot(mnt), f"a plain fsync, {err_name}")
 
 
+def test_rollback_of_a_commit_whose_record_was_not_synced_survives_a_crash(mnt):
+    """The commit record is written, its WAL sync fails: the commit fails and is rolled
+    back. A crash during that rollback must leave it rolled back at the next mount. The
+    record said 'committed' until the rollback ended, and recovery discarded the half-undone
+    log as a committed one's."""
+    prepare(mnt)
+    mnt.mount()
+    before = settled_snapshot(mnt)
+    mnt.umount()
+    with fail_at("db.sync:2:EIO"), tl.crash_at("abort.mid_undo:1"):
+        mnt.mount()
+    tid = tl.txn_begin(mnt.path)
+    write_in_txn(mnt, "a")
+    assert tl.txn_commit(mnt.path, tid) != 0
+    assert tl.wait_dead(mnt.pid, 10), "the crash point did not fire"
+    mnt.pid = None
+    tl.lazy_umount(mnt.path)
+    mnt.mount()
+    S.assert_same(before, S.snapshot(mnt.path), "after a crash in the rollback of a commit")
+
+
 @pytest.mark.parametrize("bad,why", [
     ("no.such.point:1:EIO", "no fault point named 'no.such.point'"),
     ("undo.record:0:EIO", "the count must be a positive integer"),

@@ -301,7 +301,9 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
         // The rollback removes the log before the handle rows below follow it: until
         // they have, a durable record tells recovery to reconcile the handle table
         // (recover.cc), the log being gone. One sync per rollback; begin writes no row.
-        env_.db->record_open_txn(txn_row(*t));
+        // (Set back from 'committed' where a commit's record was written and its sync
+        // failed: recovery must go on rolling back, never discard the log.)
+        env_.db->record_rolling_back(txn_row(*t));
         env_.db->sync();
         // A step that cannot be undone marks the store damaged (durably, before the log
         // goes; the log is kept in .txnfs/damaged): fsck and the next mount report it.
