@@ -60,8 +60,8 @@ inline constexpr Point kPoints[] = {
     {"db.sync",
      "metadb.cc, MetaDb::sync: the fsync of SQLite's WAL (also at a block of transaction "
      "ids, at an abort)",
-     "a commit whose record is written but not durable fails with EIO and is rolled back: "
-     "its record must stop saying committed first"},
+     "a commit whose record is written but not durable fails with EIO and is rolled back "
+     "(its record says 'active' again first); an abort rolls back all the same"},
     {"log.discard",
      "undo_exec.cc, discard_log: the removal of a committed transaction's log (cleaner, "
      "recovery)",
