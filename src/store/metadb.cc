@@ -120,9 +120,9 @@ MetaDb::~MetaDb() {
     // Still in the journal: the next mount's recovery writes them.
   }
   for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
-                 clear_name_, all_handles_, count_handles_, open_txn_, commit_txn_, rollback_txn_, lazy_txn_, del_txn_,
+                 clear_name_, all_handles_, count_handles_, open_txn_, commit_txn_, lazy_txn_, del_txn_,
                  committed_, all_txns_, del_undo_, insert_undo_, orphan_undo_, add_damage_,
-                 open_damage_, accept_damage_})
+                 open_damage_, accept_damage_, rollback_txn_})
     sqlite3_finalize(s);
   sqlite3_close(db_);
 }
@@ -195,7 +195,8 @@ void MetaDb::prepare_all() {
       "VALUES (?1, 'committed', ?2, ?3, ?4, ?5, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
       "ON CONFLICT(id) DO UPDATE SET state = 'committed', ended = excluded.ended");
   rollback_txn_ = prep(
-      "INSERT INTO txns(id, state, uid, pid, flags, started) VALUES (?1, 'active', ?2, ?3, ?4, ?5) "
+      "INSERT INTO txns(id, state, uid, pid, flags, started) "
+      "VALUES (?1, 'active', ?2, ?3, ?4, ?5) "
       "ON CONFLICT(id) DO UPDATE SET state = 'active', ended = NULL");
   lazy_txn_ = prep(
       "INSERT INTO txns(id, state, uid, pid, flags, started, ended) "

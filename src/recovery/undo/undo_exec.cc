@@ -33,8 +33,8 @@
 #include <fmt/format.h>
 
 #include "store/crash_point.h"
-#include "store/fault_point.h"
 #include "store/error.h"
+#include "store/fault_point.h"
 #include "recovery/undo/undo_io.h"
 #include "recovery/undo/undo_record.h"
 
