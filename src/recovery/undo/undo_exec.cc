@@ -34,6 +34,7 @@
 
 #include "store/crash_point.h"
 #include "store/error.h"
+#include "store/fault_point.h"
 #include "recovery/undo/undo_io.h"
 #include "recovery/undo/undo_record.h"
 
@@ -528,6 +529,7 @@ std::vector<std::string> inspect_log(int backups_fd, uint64_t txid, uint64_t *st
 // records kept as xattrs go with the directory.
 void discard_log(const UndoContext &ctx, uint64_t txid) {
   std::string name = std::to_string(txid);
+  if (int e = TXNFS_FAULT("log.discard")) throw_errno("remove committed log backups/" + name, e);
   // Most logs hold nothing but their records (a transaction that only made objects and
   // changed attributes): one rmdir, without listing the directory first.
   if (::unlinkat(ctx.backups_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return;
