@@ -111,11 +111,16 @@ txnfs_build_tsa() {
   ninja -C build-tsa "${objs[@]}"
 }
 
-# True while the process exists and is not a zombie (PID 1 of a container may not reap).
+# True while any thread of the process exists and is not a zombie (PID 1 of a container
+# may not reap; a killed daemon's main thread shows Z while another thread still holds
+# its files).
 pid_alive() {
-  local st
-  st=$(cut -d')' -f2 "/proc/$1/stat" 2>/dev/null | awk '{print $1}') || return 1
-  [[ -n $st && $st != Z && $st != X ]]
+  local f st
+  for f in /proc/"$1"/task/*/stat; do
+    st=$(cut -d')' -f2 "$f" 2>/dev/null | awk '{print $1}') || continue
+    [[ -n $st && $st != Z && $st != X ]] && return 0
+  done
+  return 1
 }
 
 # -- the patched NFS-Ganesha of scripts/up (tests use tests/txnfs_testing/ganesha_lib.py) --

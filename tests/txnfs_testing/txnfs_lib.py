@@ -111,14 +111,23 @@ def is_mounted(path) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie (PID 1 may not reap)."""
+    """True while any thread of the process exists and is not a zombie (PID 1 may not
+    reap). Every thread counts: a killed daemon's main thread shows Z while another of
+    its threads is still leaving the kernel, and its files (the store lock) stay open
+    until the last thread is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
+        tids = os.listdir(f"/proc/{pid}/task")
     except (FileNotFoundError, ProcessLookupError):
         return False
-    state = stat.rpartition(")")[2].split()[0]
-    return state not in ("Z", "X")
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if stat.rpartition(")")[2].split()[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def wait_dead(pid: int, timeout: float = 10.0) -> bool:
