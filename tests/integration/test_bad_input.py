@@ -225,6 +225,9 @@ def test_db_out_of_wal_mode_is_put_back(store, xfs):
 
 def test_second_mount_refused(mnt, xfs, other_mountpoint):
     (mnt.path / "f").write_bytes(b"first mount")
+    # The first daemon's own writes settle first: a sync returns with its handle rows
+    # in SQLite (else its journal flush, within 100 ms, could land between the hashes).
+    assert tl.txn_sync(mnt.path) == 0
     os.sync()
     before = tl.hash_tree(mnt.store.path)
     p = try_mount(mnt.store.path, other_mountpoint, xfs.tmp / "second.pid")
