@@ -62,6 +62,12 @@ inline constexpr Point kPoints[] = {
      "ids, at an abort)",
      "a commit whose record is written but not durable fails with EIO and is rolled back "
      "(its record says 'active' again first); an abort rolls back all the same"},
+    {"db.handle_name",
+     "metadb.cc, MetaDb::set_handle_name / clear_handle_name: the write of the handle row "
+     "that follows a rename or a removed link (SQLite statement)",
+     "a plain request's change stands and it succeeds, the store is marked "
+     "(.txnfs/handles-stale) and the next recovery reconciles the rows; a transaction's "
+     "request fails with the errno and dooms it, its abort restores all"},
     {"log.discard",
      "undo_exec.cc, discard_log: the removal of a committed transaction's log (cleaner, "
      "recovery)",

@@ -467,6 +467,8 @@ void MetaDb::remove_handle(uint64_t nodeid) {
 void MetaDb::set_handle_name(uint64_t nodeid, std::optional<uint64_t> parent,
                              const std::string &name) {
   RecursiveMutexLock g(mu_);
+  if (int e = TXNFS_FAULT("db.handle_name"))
+    throw Error(e, fmt::format("metadata database {}: name of handle row {}", path_, nodeid));
   flush_handles();
   Stmt s(*this, set_name_);
   s.bind(1, int64_t(nodeid));
@@ -479,6 +481,9 @@ void MetaDb::set_handle_name(uint64_t nodeid, std::optional<uint64_t> parent,
 
 void MetaDb::clear_handle_name(uint64_t parent, const std::string &name) {
   RecursiveMutexLock g(mu_);
+  if (int e = TXNFS_FAULT("db.handle_name"))
+    throw Error(e, fmt::format("metadata database {}: name {} in {} of a handle row", path_,
+                               name, parent));
   flush_handles();
   Stmt s(*this, clear_name_);
   s.bind(1, int64_t(parent)).bind(2, name);
