@@ -34,11 +34,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
+from txnfs_testing import ganesha_lib as gl
+from txnfs_testing import txnfs_lib as tl
 
-import ganesha_lib as gl  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 NFSBENCH = REPO / "build" / "bench" / "txnfs-nfsbench"
 CONFIGS = ("V", "F", "T", "L")

@@ -118,7 +118,7 @@ pid_alive() {
   [[ -n $st && $st != Z && $st != X ]]
 }
 
-# -- the patched NFS-Ganesha of scripts/up (tests use tests/integration/ganesha_lib.py) --
+# -- the patched NFS-Ganesha of scripts/up (tests use tests/txnfs_testing/ganesha_lib.py) --
 GANESHA_BIN=$TXNFS_ROOT/build/ganesha/prefix/bin/ganesha.nfsd
 BRIDGE_LIB=$TXNFS_ROOT/build/src/compound_bridge/libtxnfs_bridge.so
 

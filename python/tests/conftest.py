@@ -3,8 +3,8 @@
     mnt   a fresh loop-mounted XFS image (reflink=1), `txnfs init`, `txnfs mount`;
           .path, .store, .remount(*args); unmounted, and the store fsck-checked, after the test
 
-They reuse the repository's integration-test helpers (tests/integration/txnfs_lib.py):
-the binary is $TXNFS_BIN or <repo>/build/src/txnfuse/txnfs. The package under test is
+They reuse the repository's test helpers (tests/txnfs_testing/txnfs_lib.py, on the
+pythonpath that pytest.ini sets): the binary is $TXNFS_BIN or <repo>/build/src/txnfuse/txnfs. The package under test is
 the `txnfs` that Python imports (scripts/test installs it with pip into a venv); it loads
 $TXNFS_LIB, which defaults here to <repo>/build/src/libtxnfs/libtxnfs.so.
 """
@@ -12,15 +12,13 @@ $TXNFS_LIB, which defaults here to <repo>/build/src/libtxnfs/libtxnfs.so.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
+from txnfs_testing import txnfs_lib as tl
 
-import txnfs_lib as tl  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 os.environ.setdefault("TXNFS_LIB", str(REPO / "build" / "src" / "libtxnfs" / "libtxnfs.so"))
 

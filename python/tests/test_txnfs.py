@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import txnfs
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 
 def read(p) -> str:

@@ -140,14 +140,13 @@ struct Checker {
 
   Verdict check(const HandleRow &r) {
     Verdict v;
-    int fd = open_by_fh(tree_fd, r.fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
+    UniqueFd found = open_by_fh(tree_fd, r.fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (!found) {
       v.problems.push_back(
-          fmt::format("{}: its object is gone ({})", describe(r), std::strerror(-fd)));
+          fmt::format("{}: its object is gone ({})", describe(r), std::strerror(found.err())));
       v.fix = Fix::Delete;
       return v;
     }
-    UniqueFd found(fd);
     BackingId id = backing_id(found.get());
     struct stat st;
     ::fstatat(found.get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
@@ -257,8 +256,14 @@ bool served(const StorePaths &paths) {
   }
 }
 
-// Problems of the recovery state: logs, transaction records, strays in backups/.
+// Problems of the recovery state: logs, transaction records, strays in backups/, the
+// handle table's stale mark.
 void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) {
+  if (auto why = handles_stale_reason(paths))
+    rep.problems.push_back(fmt::format(
+        "the handle table is marked for reconciling ({}): recovery reconciles it "
+        "(txnfs recover STORE, or the next mount)",
+        *why));
   std::map<uint64_t, std::string> txns;
   for (auto &[id, state] : db.all_txns()) txns[id] = state;
   std::unordered_set<uint64_t> logs;

@@ -150,7 +150,9 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
   // Every log is gone for good before the records that explain them go.
   if (::syncfs(tree.get()) != 0) throw_errno("syncfs", errno);
   TXNFS_CRASH_POINT("recover.before_forget");
-  if (!logs.empty() || records > 0 || !db.orphan_undo_records().empty()) {
+  // A daemon whose handle-row write failed after its change marked the table stale.
+  bool stale = handles_stale_reason(paths).has_value();
+  if (!logs.empty() || records > 0 || stale || !db.orphan_undo_records().empty()) {
     // A crash can leave rows of objects that are gone (created by a rolled-back
     // transaction, removed by a committed one) and names a rollback moved back.
     // Reconciled before the records go: while a record remains, the next recovery
@@ -159,6 +161,7 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
     db.clear_txns();
     rep.records_forgotten = records;
     db.sync();
+    if (stale) clear_handles_stale(paths);  // (after the sync: a crash before reconciles again)
   }
   rep.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return rep;

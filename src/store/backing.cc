@@ -58,8 +58,11 @@ BackingId backing_id(int fd, const struct stat &st) {
   return id;
 }
 
-int open_by_fh(int mount_fd, const std::string &fh, int flags) {
-  if (fh.size() < 4 || fh.size() > 4 + MAX_HANDLE_SZ) return -ESTALE;
+UniqueFd open_by_fh(int mount_fd, const std::string &fh, int flags) {
+  if (fh.size() < 4 || fh.size() > 4 + MAX_HANDLE_SZ) {
+    errno = ESTALE;
+    return UniqueFd(-1);
+  }
   std::vector<char> buf(sizeof(file_handle) + MAX_HANDLE_SZ);
   auto *h = reinterpret_cast<file_handle *>(buf.data());
   int32_t type;
@@ -67,8 +70,7 @@ int open_by_fh(int mount_fd, const std::string &fh, int flags) {
   h->handle_type = type;
   h->handle_bytes = unsigned(fh.size() - 4);
   std::memcpy(h->f_handle, fh.data() + 4, fh.size() - 4);
-  int fd = ::open_by_handle_at(mount_fd, h, flags);
-  return fd >= 0 ? fd : -errno;
+  return UniqueFd(::open_by_handle_at(mount_fd, h, flags));
 }
 
 }  // namespace txnfs

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "store/unique_fd.h"
+
 namespace txnfs {
 
 struct BackingId {
@@ -23,8 +25,9 @@ BackingId backing_id(int fd);
 BackingId backing_id(int fd, const struct stat &st);
 
 // Opens the object named by a serialized handle. `mount_fd` is any fd (not O_PATH) on the same
-// file system. Returns -errno on failure (ESTALE when the object is gone).
-int open_by_fh(int mount_fd, const std::string &fh, int flags);
+// file system. On failure the UniqueFd is empty and err() says why (ESTALE when the
+// object is gone).
+UniqueFd open_by_fh(int mount_fd, const std::string &fh, int flags);
 
 // "/proc/self/fd/N": lets path-only calls (chmod, *xattr) act on the object an fd
 // (also an O_PATH fd, also of a symlink) refers to.

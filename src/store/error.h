@@ -1,3 +1,22 @@
+// Errors on the request path (everything a FUSE request runs: src/txnfuse/fuse, the
+// transaction core, the store and undo functions they call):
+//
+//   - A function that can fail returns `int`: 0, or a positive errno. What it makes
+//     comes back through an out-parameter (or a type with an err(), such as InodeFd).
+//     A system call's own form (-1 and errno) stays inside the function that makes the
+//     call, or a wrapper that stands for the call (CommittedView::read_xattrs for
+//     getxattr/listxattr). No function returns a negative errno.
+//   - txnfs::Error (below) is thrown by what cannot answer an errno in place: SQLite
+//     (MetaDb), set-up, recovery, the CLI. On the request path such an exception stops
+//     in one place, serve() in src/txnfuse/fuse/ops.cc: it is logged and the request is
+//     answered with its errno (EIO if it has none) -- and in READDIRPLUS, which must
+//     still answer the entries it looked up before. A handler answers last, so nothing
+//     after its answer may throw; one that must undo something on the way out catches,
+//     undoes and rethrows.
+//   - The public C library (include/txnfs/txnfs.h, src/libtxnfs) returns -errno, as
+//     liburing and the kernel's own interfaces do; the daemon's positive errno becomes
+//     negative in that library alone.
+//
 // txnfs::Error — the one exception type user-facing code throws. Its message says
 // what is wrong; `hint` (optional) says how to fix it. The CLI prints both and exits
 // non-zero; nothing that throws it has modified the store.

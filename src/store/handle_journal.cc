@@ -134,7 +134,7 @@ namespace {
 // Does the object `row` names exist (with a name)? Its handle holds the generation: a
 // later object with the same inode number does not open.
 bool exists(int tree_fd, const HandleRow &row) {
-  UniqueFd fd(open_by_fh(tree_fd, row.fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd fd = open_by_fh(tree_fd, row.fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
   return fd && ::fstat(fd.get(), &st) == 0 && uint64_t(st.st_ino) == row.ino && st.st_nlink > 0;
 }

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "store/error.h"
+#include "store/fault_point.h"
 #include "store/handle_journal.h"
 #include "store/schema_sql.h"
 
@@ -121,7 +122,7 @@ MetaDb::~MetaDb() {
   for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
                  clear_name_, all_handles_, count_handles_, open_txn_, commit_txn_, lazy_txn_, del_txn_,
                  committed_, all_txns_, del_undo_, insert_undo_, orphan_undo_, add_damage_,
-                 open_damage_, accept_damage_})
+                 open_damage_, accept_damage_, rollback_txn_})
     sqlite3_finalize(s);
   sqlite3_close(db_);
 }
@@ -193,6 +194,10 @@ void MetaDb::prepare_all() {
       "INSERT INTO txns(id, state, uid, pid, flags, started, ended) "
       "VALUES (?1, 'committed', ?2, ?3, ?4, ?5, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) "
       "ON CONFLICT(id) DO UPDATE SET state = 'committed', ended = excluded.ended");
+  rollback_txn_ = prep(
+      "INSERT INTO txns(id, state, uid, pid, flags, started) "
+      "VALUES (?1, 'active', ?2, ?3, ?4, ?5) "
+      "ON CONFLICT(id) DO UPDATE SET state = 'active', ended = NULL");
   lazy_txn_ = prep(
       "INSERT INTO txns(id, state, uid, pid, flags, started, ended) "
       "VALUES (?1, 'active', ?2, ?3, ?4, ?5, ?6) "
@@ -564,7 +569,16 @@ void MetaDb::note_rollback(uint64_t id) {
 
 void MetaDb::record_committed_txn(const TxnRow &t) {
   RecursiveMutexLock g(mu_);
+  if (int e = TXNFS_FAULT("db.commit_record"))
+    throw Error(e, fmt::format("metadata database {}: commit record of {}", path_, t.id));
   Stmt s(*this, commit_txn_);
+  bind_row(s, t);
+  s.step();
+}
+
+void MetaDb::record_rolling_back(const TxnRow &t) {
+  RecursiveMutexLock g(mu_);
+  Stmt s(*this, rollback_txn_);
   bind_row(s, t);
   s.step();
 }
@@ -720,6 +734,7 @@ void MetaDb::transaction(const std::function<void()> &fn) {
 // commits would go to a deleted file and be lost at the next crash or unmount.
 void MetaDb::sync(bool write_kept) {
   RecursiveMutexLock g(mu_);
+  if (int e = TXNFS_FAULT("db.sync")) throw Error(e, fmt::format("fsync of {}-wal", path_));
   // Without `write_kept`, kept handle changes stay kept: their journal, synced here,
   // makes them durable (the next mount's recovery replays it), and no SQLite transaction
   // is written for them; flush_handles() does, every StepMirror::kInterval.

@@ -130,6 +130,10 @@ class MetaDb {
   void record_lazy_txn(const TxnRow &t, const std::string &ended);
   // The commit record: the row, inserted or updated to 'committed'.
   void record_committed_txn(const TxnRow &t);
+  // A transaction about to be rolled back: its row, inserted or set back to 'active'
+  // (a commit whose record was written but could not be made durable is rolled back; a
+  // crash during that rollback must not find the record saying committed).
+  void record_rolling_back(const TxnRow &t);
   // Recovery is about to roll `id` back: an 'active' row (nothing if it has a row).
   void note_rollback(uint64_t id);
   // Deletes a transaction's record and its undo_records rows.
@@ -209,7 +213,7 @@ class MetaDb {
   sqlite3_stmt *get_meta_ = nullptr, *set_meta_ = nullptr, *get_handle_ = nullptr,
                *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,
                *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr,
-               *open_txn_ = nullptr, *commit_txn_ = nullptr, *lazy_txn_ = nullptr, *del_txn_ = nullptr,
+               *open_txn_ = nullptr, *commit_txn_ = nullptr, *rollback_txn_ = nullptr, *lazy_txn_ = nullptr, *del_txn_ = nullptr,
                *committed_ = nullptr, *all_txns_ = nullptr, *del_undo_ = nullptr,
                *insert_undo_ = nullptr, *orphan_undo_ = nullptr, *add_damage_ = nullptr,
                *open_damage_ = nullptr, *accept_damage_ = nullptr;  // used under mu_

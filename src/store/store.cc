@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "store/backing.h"
 #include "store/error.h"
@@ -31,6 +32,7 @@ StorePaths StorePaths::of(const std::string &store) {
   p.backups = p.internal + "/backups";
   p.lock = p.internal + "/lock";
   p.handle_journal = p.internal + "/handles.journal";
+  p.handles_stale = p.internal + "/handles-stale";
   return p;
 }
 
@@ -42,6 +44,45 @@ void fsync_path(const std::string &path) {
 }
 
 }  // namespace
+
+void mark_handles_stale(const StorePaths &paths, const std::string &why) noexcept {
+  try {
+    std::string tmp = paths.handles_stale + ".tmp";
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd) throw_errno("create " + tmp, fd.err());
+    std::string text = why + "\n";
+    if (::write(fd.get(), text.data(), text.size()) != ssize_t(text.size()))
+      throw_errno("write " + tmp, errno ? errno : EIO);
+    if (::fsync(fd.get()) != 0) throw_errno("fsync " + tmp, errno);
+    if (::rename(tmp.c_str(), paths.handles_stale.c_str()) != 0)
+      throw_errno("rename " + tmp, errno);
+    fsync_path(paths.internal);
+  } catch (const std::exception &e) {
+    spdlog::error("marking the handle table for reconciling ({}): {}", why, e.what());
+  }
+}
+
+std::optional<std::string> handles_stale_reason(const StorePaths &paths) {
+  UniqueFd fd(::open(paths.handles_stale.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    if (fd.err() == ENOENT) return std::nullopt;
+    throw_errno("open " + paths.handles_stale, fd.err());
+  }
+  std::string text(4096, '\0');
+  ssize_t n = ::read(fd.get(), text.data(), text.size());
+  if (n < 0) throw_errno("read " + paths.handles_stale, errno);
+  text.resize(size_t(n));
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+void clear_handles_stale(const StorePaths &paths) {
+  if (::unlink(paths.handles_stale.c_str()) != 0) {
+    if (errno == ENOENT) return;
+    throw_errno("remove " + paths.handles_stale, errno);
+  }
+  fsync_path(paths.internal);
+}
 
 bool dir_is_empty(int dirfd, const char *name) {
   UniqueFd fd(::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));

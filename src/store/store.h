@@ -7,6 +7,7 @@
 //        lock             flock()ed by the daemon serving the store
 //        handles.journal  handle rows not yet in meta.db (store/handle_journal.h)
 #pragma once
+#include <optional>
 #include <string>
 
 #include "store/unique_fd.h"
@@ -14,7 +15,7 @@
 namespace txnfs {
 
 struct StorePaths {
-  std::string root, tree, internal, db, backups, lock, handle_journal;
+  std::string root, tree, internal, db, backups, lock, handle_journal, handles_stale;
   static StorePaths of(const std::string &store);
 };
 
@@ -30,6 +31,18 @@ void init_store(const std::string &store, bool allow_copy_backups);
 
 // Throws Error unless `store` looks like a txnfs store (tree, internal area, db).
 void check_store_layout(const StorePaths &paths);
+
+// The handle table may disagree with the tree: a request changed names in the tree
+// and then failed to write the rows that follow them (SQLite refused). The change
+// stands; the file .txnfs/handles-stale (holding `why`) makes the next recovery
+// reconcile the table (reconcile_handles), which then removes it, and fsck report it
+// until then. Durable when this returns; never throws (a failure is logged: the rows
+// are then reconciled only when some other reason makes recovery run).
+void mark_handles_stale(const StorePaths &paths, const std::string &why) noexcept;
+// The reason of the mark, or nullopt when the store has none.
+std::optional<std::string> handles_stale_reason(const StorePaths &paths);
+// Removes the mark (after a reconciliation), durably. Throws Error.
+void clear_handles_stale(const StorePaths &paths);
 
 // Exclusive, non-blocking flock on STORE/.txnfs/lock, held while the object lives
 // (and by children forked while it is held). Throws Error if another process holds it.

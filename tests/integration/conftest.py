@@ -34,9 +34,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import txnfs_lib as tl
 
 TEST_TIMEOUT = float(os.environ.get("TXNFS_TEST_TIMEOUT", "180"))
 

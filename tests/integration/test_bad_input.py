@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 
 def assert_error(p, *patterns, what=""):

@@ -19,20 +19,17 @@ ones) and local readers read attributes, data, listings and lookups of them.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import nfs4_probe as nfs  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
-from nfs4_probe import op  # noqa: E402
-from test_fuse_protocol import FuseTrace  # noqa: E402
-from test_ganesha_bridge import FAILS, _servers_built, servers  # noqa: E402,F401  (fixtures)
+from txnfs_testing import nfs4_probe as nfs
+from txnfs_testing import txnfs_lib as tl
+from txnfs_testing.nfs4_probe import op
+from test_fuse_protocol import FuseTrace
+from test_ganesha_bridge import FAILS, _servers_built, servers  # noqa: F401  (fixtures)
 
 OK, NOENT = nfs.NFS4_OK, nfs.NFS4ERR_NOENT
 F, D = "f", "d"                       # the file and the directory every test changes

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from txnfs_lib import REPO, txnfs_bin
+from txnfs_testing.txnfs_lib import REPO, txnfs_bin
 
 CLI_MD = REPO / "docs" / "cli.md"
 NFS_CLIENT = REPO / "build" / "src" / "compound_bridge" / "client" / "txnfs-nfs"

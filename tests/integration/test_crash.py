@@ -1,8 +1,8 @@
 """Crash tests: the harness of tests/crash/ at a size for every test run (what it checks:
 docs/crash-model.md, "The crash-test harness").
 
-Three runs of tests/crash (crashlib.Runner), each on its own XFS image and store, with a
-concurrent transactional workload of 4 threads:
+Three runs of the crash harness (txnfs_testing.crash: Runner), each on its own XFS image
+and store, with a concurrent transactional workload of 4 threads:
 
   * kill    35 crashes by kill -9 of the daemon at a random moment;
   * power   35 power cuts (xfs_io shutdown without -f, image unmounted and mounted again);
@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import time
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "crash"))
-
-import crashlib  # noqa: E402
+from txnfs_testing.crash.driver import Runner, Violation
+from txnfs_testing.crash.env import Env
+from txnfs_testing.crash.judge import judge_crash
+from txnfs_testing.crash.points import points_markdown
 
 POINTS = int(os.environ.get("TXNFS_CRASH_POINTS", "35"))
 
@@ -49,13 +51,13 @@ def test_crash(kind, capsys, tmp_path):
     seed = _seed(kind)
     lines = []
     # under pytest's own temp directory: logs and journal of a failure stay for a look
-    r = crashlib.Runner(seed, kind, threads=4, log=lines.append, workdir=tmp_path / "crash")
+    r = Runner(seed, kind, threads=4, log=lines.append, workdir=tmp_path / "crash")
     npoints = len(r.points)
     n = max(POINTS, npoints + 5) if kind == "inject" else POINTS
     failure = None
     try:
         r.run(n)
-    except crashlib.Violation as e:
+    except Violation as e:
         failure = str(e)
     finally:
         problems = r.close()
@@ -87,7 +89,7 @@ def test_crash_points_are_documented():
     begin = doc.index("<!-- crash-points:begin")
     begin = doc.index("\n", begin) + 1
     end = doc.index("<!-- crash-points:end -->")
-    assert doc[begin:end].strip() == crashlib.points_markdown().strip(), (
+    assert doc[begin:end].strip() == points_markdown().strip(), (
         "the crash-point table in docs/crash-model.md is out of date: regenerate it with "
         "tests/crash/run --list-points --markdown")
 
@@ -120,21 +122,21 @@ def test_checker_reads_a_commit_that_changed_nothing_both_ways():
     wl = _workload([[(115, "B", True, 0.5, 1.0)],
                     [(116, "C", True, 2.0, 2.5), (117, "D", True, 3.0, 3.5)]],
                    ["A", "C"])
-    v = crashlib.judge_crash(wl, ["A", "C"], {}, set())
+    v = judge_crash(wl, ["A", "C"], {}, set())
     assert v.problems == [] and v.lost == 3, v
-    v = crashlib.judge_crash(wl, ["A", "D"], {}, set())
+    v = judge_crash(wl, ["A", "D"], {}, set())
     assert len(v.problems) == 1 and "not a suffix" in v.problems[0], v
     assert "thread 1 txn 117" in v.problems[0]
     # a durable commit cannot be lost, whichever reading
     wl = _workload([[(7, "B", False, 0.0, 1.0), (8, "B", True, 2.0, 2.5)]], ["A"])
-    assert crashlib.judge_crash(wl, ["B"], {}, set()).problems == []
-    assert "committed durably but is lost" in crashlib.judge_crash(wl, ["A"], {}, set()).problems[0]
+    assert judge_crash(wl, ["B"], {}, set()).problems == []
+    assert "committed durably but is lost" in judge_crash(wl, ["A"], {}, set()).problems[0]
 
 
 def test_crash_at_is_checked():
     """An unknown point or a bad count in TXNFS_CRASH_AT makes every command refuse."""
     import subprocess
-    import txnfs_lib as tl
+    from txnfs_testing import txnfs_lib as tl
     for bad in ("no.such.point:1", "txn.after_begin:0", "txn.after_begin:x"):
         p = subprocess.run([tl.txnfs_bin(), "crash-points"], capture_output=True, text=True,
                            env={**os.environ, "TXNFS_CRASH_AT": bad})
@@ -146,12 +148,12 @@ def test_power_cut_while_another_mount_namespace_holds_the_image(tmp_path):
     do) keeps the shut-down XFS instance alive after our umount; mounting the image again
     must not hand that instance back (it reused its loop device and served EIO: the
     "store missing after a power cut" the fuzzer soak met while the test suite ran)."""
-    env = crashlib.Env(tmp_path / "ns", size=512 << 20)
+    env = Env(tmp_path / "ns", size=512 << 20)
     holder = None
     try:
         (env.xfs / "kept").mkdir()
         os.sync()
-        holder = crashlib.subprocess.Popen(
+        holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sleep", "4"])
         time.sleep(0.5)                     # the namespace exists and holds the mount
         env.power_cut()

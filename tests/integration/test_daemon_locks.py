@@ -25,9 +25,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import txnfs_lib as tl
 
 PY = sys.executable or "/usr/bin/python3"
 WORKERS = 4
@@ -86,7 +84,7 @@ def test_concurrent_renames_and_removals_in_one_transaction(mnt, outcome):
 
     p = subprocess.Popen([PY, __file__, "group", str(mnt.path), outcome, str(WORKERS),
                           str(ITERATIONS)], stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, env=tl.python_env())
     try:
         _, err = p.communicate(timeout=GROUP_TIMEOUT)
     except subprocess.TimeoutExpired:

@@ -18,9 +18,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import txnfs_lib as tl
 
 BLOCK = 4096
 

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 
 def populate(m):
@@ -352,3 +352,27 @@ def test_kept_log_without_a_damage_record_is_reported(store):
     assert (kept / "0000000000000001.d").exists()
     shutil.rmtree(store.internal / "damaged")
     assert store.fsck().returncode == 0
+
+
+def test_handle_table_marked_stale_is_reported_and_reconciled_at_the_next_mount(mnt):
+    """A daemon whose handle-row write failed after a rename or removal had already
+    changed the tree marks the table stale (.txnfs/handles-stale, with the reason): fsck
+    names the mark, the next mount's recovery reconciles the rows and removes it."""
+    (mnt.path / "a").write_bytes(b"a")
+    ino = os.stat(mnt.path / "a").st_ino
+    mnt.umount()
+    mnt.store.execute("UPDATE handles SET name = 'gone' WHERE nodeid = ?", (ino,))
+    mark = mnt.store.path / ".txnfs" / "handles-stale"
+    mark.write_text("rename a in 1 to gone in 1: disk I/O error\n")
+    p = mnt.store.fsck()
+    out = tl.output_of(p)
+    assert p.returncode == 1, out
+    assert "the handle table is marked for reconciling (rename a in 1 to gone in 1: disk I/O " \
+           "error)" in out, out
+    mnt.mount()
+    assert (mnt.path / "a").read_bytes() == b"a"
+    mnt.umount()
+    assert not mark.exists()
+    assert mnt.store.handle_row(ino)["name"] == "a"
+    p = mnt.store.fsck()
+    assert p.returncode == 0, tl.output_of(p)

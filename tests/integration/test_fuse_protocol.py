@@ -16,14 +16,11 @@ import re
 import stat
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import txnfs_lib as tl
 
 TRACING = Path("/sys/kernel/tracing")
 FUSE_GETXATTR, FUSE_WRITE = 22, 16

@@ -10,14 +10,10 @@ use tests/fuzz/run. A failure shows its seed, oracle and a minimised reproducer.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fuzz"))
-
-import fuzzlib as fz  # noqa: E402
+from txnfs_testing.fuzz import divergences, driver, generator, oracles, syscalls
 
 SEED = int(os.environ.get("TXNFS_FUZZ_SEED", "1000"))
 SEEDS = int(os.environ.get("TXNFS_FUZZ_SEEDS", "25"))
@@ -27,7 +23,7 @@ SHRINK_S = float(os.environ.get("TXNFS_FUZZ_SHRINK_SECONDS", "20"))
 
 @pytest.fixture(scope="module")
 def fuzzer():
-    f = fz.Fuzzer(log=lambda *a: print(*a, flush=True))
+    f = oracles.Fuzzer(log=lambda *a: print(*a, flush=True))
     try:
         yield f
     finally:
@@ -36,8 +32,8 @@ def fuzzer():
 
 
 def _soak(fuzzer, oracle, procs, seeds=SEEDS, **kw):
-    reports = fz.soak(fuzzer, SEED, seeds, (oracle,), (procs,), OPS, shrink_seconds=SHRINK_S,
-                      keep_going=False, shrink_runs=60, **kw)
+    reports = driver.soak(fuzzer, SEED, seeds, (oracle,), (procs,), OPS, shrink_seconds=SHRINK_S,
+                          keep_going=False, shrink_runs=60, **kw)
     assert not reports, "\n\n".join(reports)
 
 
@@ -65,9 +61,9 @@ def test_fuzz_crash(fuzzer, procs, kind):
 def test_fuzz_every_crash_point(fuzzer):
     """Every injected crash point once (alternating 1 and 4 processes)."""
     reports = []
-    for i, point in enumerate(fz.crash_point_names()):
-        reports += fz.soak(fuzzer, SEED + i, 1, ("crash",), (1 + 3 * (i % 2),), OPS,
-                           shrink_seconds=SHRINK_S / 2, shrink_runs=30, point=point)
+    for i, point in enumerate(generator.crash_point_names()):
+        reports += driver.soak(fuzzer, SEED + i, 1, ("crash",), (1 + 3 * (i % 2),), OPS,
+                               shrink_seconds=SHRINK_S / 2, shrink_runs=30, point=point)
         if reports:
             break
     assert not reports, "\n\n".join(reports)
@@ -76,59 +72,64 @@ def test_fuzz_every_crash_point(fuzzer):
 # -- coverage guards (no mount) -----------------------------------------------------
 
 def test_every_fuse_handler_is_fuzzed():
-    handlers = fz.handlers_in_source()
+    handlers = generator.handlers_in_source()
     assert len(handlers) > 20, f"parsing the handler table found only {sorted(handlers)}"
-    missing = sorted(handlers - set(fz.HANDLER_COVERAGE))
+    missing = sorted(handlers - set(generator.HANDLER_COVERAGE))
     assert not missing, (f"FUSE handlers without a fuzzer op in HANDLER_COVERAGE "
-                         f"(tests/fuzz/fuzzlib.py): {missing}")
-    for h, ops in fz.HANDLER_COVERAGE.items():
+                         f"(tests/txnfs_testing/fuzz/generator.py): {missing}")
+    for h, ops in generator.HANDLER_COVERAGE.items():
         assert ops, h
-        unknown = [o for o in ops if o not in fz.GEN_OPS]
+        unknown = [o for o in ops if o not in generator.GEN_OPS]
         assert not unknown, f"HANDLER_COVERAGE[{h!r}] names ops the generator lacks: {unknown}"
-    stale = sorted(set(fz.HANDLER_COVERAGE) - handlers)
+    stale = sorted(set(generator.HANDLER_COVERAGE) - handlers)
     assert not stale, f"HANDLER_COVERAGE lists handlers the daemon no longer has: {stale}"
 
 
 def test_every_op_and_flag_is_generated():
-    st = fz.Stats()
+    st = oracles.Stats()
     for s in range(40):
         for oracle, procs in (("abort", 1), ("commit", 1), ("abort", 4)):
-            st.count_ops(fz.gen_case(s, oracle, procs, OPS)["lists"])
-    assert set(st.ops) == set(fz.GEN_OPS), sorted(set(fz.GEN_OPS) - set(st.ops))
+            st.count_ops(generator.gen_case(s, oracle, procs, OPS)["lists"])
+    assert set(st.ops) == set(generator.GEN_OPS), sorted(set(generator.GEN_OPS) - set(st.ops))
     # mapped writes synced before munmap and left for munmap to write back
-    syncs = {o.get("sync") for s in range(40) for lst in fz.gen_case(s, "commit", 4, OPS)["lists"]
+    syncs = {o.get("sync") for s in range(40)
+             for lst in generator.gen_case(s, "commit", 4, OPS)["lists"]
              for o in lst if o["o"] == "mmap_write"}
     assert syncs == {False, True}, syncs
     # every way of beginning a transaction (txnfs_begin; txnfs_begin2 with a lock timeout;
     # txnfs_begin3 with a lock timeout and a lock set)
     for oracle in ("abort", "commit"):
-        assert {fz.gen_case(s, oracle, 1, OPS)["begin"] for s in range(6)} == set(fz.BEGINS)
+        begins = {generator.gen_case(s, oracle, 1, OPS)["begin"] for s in range(6)}
+        assert begins == set(generator.BEGINS)
         # half the cases with a plain Observer reading the mount concurrently
-        assert {fz.gen_case(s, oracle, 1, OPS)["observer"] for s in range(4)} == {False, True}
+        observed = {generator.gen_case(s, oracle, 1, OPS)["observer"] for s in range(4)}
+        assert observed == {False, True}
     # ... which watches lazy and durable commits alike
-    assert {(c["observer"], c["lazy"]) for c in (fz.gen_case(s, "commit", 1, OPS)
+    assert {(c["observer"], c["lazy"]) for c in (generator.gen_case(s, "commit", 1, OPS)
                                                  for s in range(8))} == {
         (o, lz) for o in (False, True) for lz in (False, True)}
-    want = ([f"rename:{f}" for f in fz.RENAME_FLAGS] + [f"fallocate:{f}" for f in fz.FALLOC_FLAGS]
-            + [f"open:{f}" for f in fz.OPEN_FLAGS] + [f"uid:{o}" for o in fz.AS_NOBODY]
-            + [f"umask:{o}" for o in fz.UMASK_OPS])
+    want = ([f"rename:{f}" for f in syscalls.RENAME_FLAGS]
+            + [f"fallocate:{f}" for f in syscalls.FALLOC_FLAGS]
+            + [f"open:{f}" for f in syscalls.OPEN_FLAGS] + [f"uid:{o}" for o in generator.AS_NOBODY]
+            + [f"umask:{o}" for o in generator.UMASK_OPS])
     missing = [f for f in want if f not in st.flags]
     assert not missing, f"never generated: {missing}"
-    assert set(fz.RENAME_FLAGS) == {"0", "NOREPLACE", "EXCHANGE", "WHITEOUT", "NOREPLACE|WHITEOUT"}
-    assert set(fz.FALLOC_FLAGS) == {"0", "KEEP_SIZE", "PUNCH_HOLE|KEEP_SIZE", "ZERO_RANGE",
-                                    "ZERO_RANGE|KEEP_SIZE", "COLLAPSE_RANGE", "INSERT_RANGE"}
-    assert set(fz.OPEN_FLAGS) >= {"O_RDONLY", "O_WRONLY", "O_RDWR", "O_TRUNC", "O_APPEND",
-                                  "O_DIRECT", "O_NOATIME", "O_CREAT"}
+    assert set(syscalls.RENAME_FLAGS) == {"0", "NOREPLACE", "EXCHANGE", "WHITEOUT",
+                                          "NOREPLACE|WHITEOUT"}
+    assert set(syscalls.FALLOC_FLAGS) == {"0", "KEEP_SIZE", "PUNCH_HOLE|KEEP_SIZE", "ZERO_RANGE",
+                                          "ZERO_RANGE|KEEP_SIZE", "COLLAPSE_RANGE", "INSERT_RANGE"}
+    assert set(syscalls.OPEN_FLAGS) >= {"O_RDONLY", "O_WRONLY", "O_RDWR", "O_TRUNC", "O_APPEND",
+                                        "O_DIRECT", "O_NOATIME", "O_CREAT"}
 
 
 def test_cases_are_reproducible():
-    a = fz.gen_case(7, "crash", 4, OPS)
-    assert a == fz.gen_case(7, "crash", 4, OPS)
-    assert fz.parse_case(fz.format_case(a)) == a
+    a = generator.gen_case(7, "crash", 4, OPS)
+    assert a == generator.gen_case(7, "crash", 4, OPS)
+    assert generator.parse_case(generator.format_case(a)) == a
 
 
 def test_divergences_are_documented():
-    ids = [d.id for d in fz.DIVERGENCES]
+    ids = [d.id for d in divergences.DIVERGENCES]
     assert len(ids) == len(set(ids))
-    for d in fz.DIVERGENCES:
+    for d in divergences.DIVERGENCES:
         assert len(d.reason) > 40, d.id

@@ -10,18 +10,15 @@ Debian's unpatched ganesha.nfsd (package nfs-ganesha-vfs) is the baseline.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import ganesha_lib as gl  # noqa: E402
-import nfs4_probe as nfs  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
-from nfs4_probe import op  # noqa: E402
+from txnfs_testing import ganesha_lib as gl
+from txnfs_testing import nfs4_probe as nfs
+from txnfs_testing import txnfs_lib as tl
+from txnfs_testing.nfs4_probe import op
 
 
 

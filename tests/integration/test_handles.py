@@ -11,7 +11,7 @@ import stat
 
 import pytest
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 S_IFREG, S_IFDIR, S_IFLNK = stat.S_IFREG, stat.S_IFDIR, stat.S_IFLNK
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 BUILD = tl.REPO / "build"
 

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 SCRIPT = tl.REPO / "scripts" / "io-uring-param"
 

@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 NEVER = "60000"  # --lazy-flush-ms long enough that only the test makes commits durable
 

@@ -10,18 +10,14 @@ so that the NFS COMPOUNDs have to wait, deterministically, without timing assert
 
 from __future__ import annotations
 
-import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import nfs4_probe as nfs  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
-from nfs4_probe import op  # noqa: E402
-from test_ganesha_bridge import (_servers_built, LocalTxn, entries, fh_of,  # noqa: E402,F401
+from txnfs_testing import nfs4_probe as nfs
+from txnfs_testing import txnfs_lib as tl
+from txnfs_testing.nfs4_probe import op
+from test_ganesha_bridge import (_servers_built, LocalTxn, entries, fh_of,  # noqa: F401
                                  no_open_transactions, servers)
 
 OK, DELAY = nfs.NFS4_OK, nfs.NFS4ERR_DELAY

@@ -18,10 +18,8 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import snapshot as S  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import snapshot as S
+from txnfs_testing import txnfs_lib as tl
 
 OLD = bytes(range(256)) * 48  # 12 KiB: three pages
 

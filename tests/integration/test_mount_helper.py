@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 SBIN_HELPER = Path("/sbin/mount.fuse.txnfs")
 STATE_DIR = Path("/run/txnfs/mount.fuse.txnfs")

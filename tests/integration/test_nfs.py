@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import ganesha_lib as gl  # noqa: E402
-import snapshot as S  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
-from nfs_lib import Nfs  # noqa: E402
+from txnfs_testing import ganesha_lib as gl
+from txnfs_testing import snapshot as S
+from txnfs_testing import txnfs_lib as tl
+from txnfs_testing.nfs_lib import Nfs
 
 PASSWD = "root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/home/alice:/bin/sh\n"
 GROUP = "root:x:0:\nalice:x:1000:\n"

@@ -19,15 +19,12 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import ganesha_lib as gl  # noqa: E402
-import nfs4_conformance as nc  # noqa: E402
-import nfs4_probe as nfs  # noqa: E402
+from txnfs_testing import ganesha_lib as gl
+from txnfs_testing import nfs4_conformance as nc
+from txnfs_testing import nfs4_probe as nfs
 
 # Every operation number of each minor version (RFC 7530 section 16, RFC 8881 section 18);
 # the walk must send each of them at least once.

@@ -16,18 +16,15 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import ganesha_lib as gl  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
-from nfs_lib import CLIENT, TIMEOUT  # noqa: E402
+from txnfs_testing import ganesha_lib as gl
+from txnfs_testing import txnfs_lib as tl
+from txnfs_testing.nfs_lib import CLIENT, TIMEOUT
 
 NEVER = "60000"  # --lazy-flush-ms: only the test makes lazy commits durable
 MARKER_DIR = ".txnfs-nfs"

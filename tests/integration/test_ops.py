@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 KiB = 1024
 MiB = 1024 * KiB

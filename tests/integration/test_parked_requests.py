@@ -22,15 +22,12 @@ from __future__ import annotations
 import errno
 import os
 import signal
-import sys
 import threading
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import txnfs_lib as tl
 
 POOL = 2
 WAITERS = POOL + 5

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 CONFIG = tl.REPO / "tests" / "pjdfstest.toml"
 LOG_DIR = tl.REPO / "build"

@@ -18,18 +18,15 @@ import errno
 import os
 import queue
 import subprocess
-import sys
 import threading
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import ganesha_lib as gl  # noqa: E402
-import nfs4_probe as nfs  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
-from nfs4_probe import op  # noqa: E402
-from txnfs_lib import (continuation, continued_listing, first_part,  # noqa: E402
+from txnfs_testing import ganesha_lib as gl
+from txnfs_testing import nfs4_probe as nfs
+from txnfs_testing import txnfs_lib as tl
+from txnfs_testing.nfs4_probe import op
+from txnfs_testing.txnfs_lib import (continuation, continued_listing, first_part,
                        listing_with_offsets)
 
 SUBDIRS = [f"dir{k:03d}" for k in range(1, 101)]  # block form on XFS, as in the report

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import snapshot as S
-import txnfs_lib as tl
+from txnfs_testing import snapshot as S
+from txnfs_testing import txnfs_lib as tl
 
 
 # --------------------------------------------------------------------------

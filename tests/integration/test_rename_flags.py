@@ -16,10 +16,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import snapshot as S  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import snapshot as S
+from txnfs_testing import txnfs_lib as tl
 
 RENAME_WHITEOUT = 4
 X, W = tl.RENAME_EXCHANGE, RENAME_WHITEOUT

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import pytest
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 LIMIT = 1024
 CACHE = LIMIT // 2  # FdCache::default_capacity(): half the hard limit

@@ -37,9 +37,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import txnfs_lib as tl
 
 NOBODY, NOGROUP = tl.NOBODY_UID, tl.NOBODY_GID
 BLOCK = 4096
@@ -191,22 +189,20 @@ def _as_nobody(change, path: str, mount: str | None):
 # ----------------------------------------------------------------------------
 
 _OTHER_TXN = """
-import os, sys
-sys.path.insert(0, sys.argv[1])
-import txnfs_lib as tl
-tid = tl.txn_begin(sys.argv[2])
+import sys
+from txnfs_testing import txnfs_lib as tl
+tid = tl.txn_begin(sys.argv[1])
 print("open", flush=True)
 sys.stdin.readline()
-sys.exit(0 if tl.txn_commit(sys.argv[2], tid) == 0 else 1)
+sys.exit(0 if tl.txn_commit(sys.argv[1], tid) == 0 else 1)
 """
 
 
 @contextlib.contextmanager
 def other_transaction(mount: Path):
     """An idle transaction of another process, open for the block."""
-    p = subprocess.Popen([sys.executable, "-c", _OTHER_TXN, os.path.dirname(__file__),
-                          str(mount)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen([sys.executable, "-c", _OTHER_TXN, str(mount)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=tl.python_env())
     try:
         assert p.stdout.readline().strip() == "open"
         yield

@@ -40,7 +40,8 @@ LAYERS: dict[str, list[str]] = {
     "src/compound_bridge/client/ganesha_shim": [],
     "src/compound_bridge/client": [],
     "bench/lib": [],
-    "bench": ["bench/lib", "include/txnfs", "src/compound_bridge/client"],
+    "bench/txnbench": ["bench/lib", "include/txnfs"],
+    "bench": ["bench/lib", "src/compound_bridge/client"],
     "tests/unit": ["src/txnfuse/cli", "src/txnfuse/fuse", "src/txnfuse/txn"]
                   + _DAEMON_BELOW_TXN + ["src/compound_bridge/client", "include/txnfs"],
     "tests/integration": [],   # C programs the pytest tests compile when they run

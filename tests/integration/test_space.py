@@ -25,15 +25,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import txnfs_lib as tl
 
 MiB = 1 << 20
 SLACK = 16 * MiB  # free space the store's own files (SQLite's WAL, logs) may take

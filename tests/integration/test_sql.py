@@ -7,13 +7,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import txnfs_lib as tl
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
 

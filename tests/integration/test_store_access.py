@@ -8,7 +8,7 @@ import errno
 import os
 import stat
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 
 def test_init_makes_store_root_only_and_mount_is_the_way_in(mnt):

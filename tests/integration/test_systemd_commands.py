@@ -13,7 +13,7 @@ import re
 import shlex
 import threading
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 UNIT = tl.REPO / "build" / "contrib" / "txnfs@.service"
 GANESHA_UNIT = tl.REPO / "build" / "contrib" / "txnfs-ganesha@.service"
@@ -146,8 +146,8 @@ def test_ganesha_unit_commands_export_the_mount_with_the_bridge(mnt, xfs):
     of the tests ($TXNFS_GANESHA_BIN or build/ganesha/prefix) as GANESHA_NFSD, the build's
     bridge standing in for the installed one; a COMPOUND tagged txn commits through it, a
     failing one leaves nothing, and the bridge logs where the unit says."""
-    import ganesha_lib as gl
-    import nfs_lib
+    from txnfs_testing import ganesha_lib as gl
+    from txnfs_testing import nfs_lib
 
     instance = tl.run(["systemd-escape", "--path", mnt.store.path], check=True).stdout.strip()
     assert unit_settings(GANESHA_UNIT, "BindsTo") == ["txnfs@%i.service"]

@@ -27,10 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import snapshot as S  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import snapshot as S
+from txnfs_testing import txnfs_lib as tl
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable or "/usr/bin/python3"
@@ -410,7 +408,7 @@ def txnfs_run(mnt, *cmd, user=None, expect_rc=None, abort=False, timeout=60):
     if user is not None:
         argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *argv]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL, cwd="/")
+                       stdin=subprocess.DEVNULL, cwd="/", env=tl.python_env())
     if expect_rc is not None:
         assert p.returncode == expect_rc, (
             f"{' '.join(argv)}: exit {p.returncode}, expected {expect_rc}\n"

@@ -10,15 +10,12 @@ import os
 import re
 import select
 import subprocess
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import snapshot as S  # noqa: E402
-import test_txn_atomicity as A  # noqa: E402  (populate(), the tree every test starts from)
-import txnfs_lib as tl  # noqa: E402
+import test_txn_atomicity as A  # (populate(), the tree every test starts from)
+from txnfs_testing import snapshot as S
+from txnfs_testing import txnfs_lib as tl
 
 NOBODY = ["setpriv", f"--reuid={tl.NOBODY_UID}", f"--regid={tl.NOBODY_GID}", "--clear-groups"]
 

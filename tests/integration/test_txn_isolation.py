@@ -31,10 +31,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import snapshot as S  # noqa: E402
-import txnfs_lib as tl  # noqa: E402
+from txnfs_testing import snapshot as S
+from txnfs_testing import txnfs_lib as tl
 
 PY = sys.executable or "/usr/bin/python3"
 WORKER_TIMEOUT = 45      # seconds any worker may run before the test fails as hung
@@ -317,7 +315,8 @@ class Workers:
 
     def start(self, role, *args):
         p = subprocess.Popen([PY, __file__, role, *map(str, args)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                             env=tl.python_env())
         self.procs.append((role, p))
         return p
 

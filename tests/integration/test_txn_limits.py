@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-import snapshot as S
-import txnfs_lib as tl
+from txnfs_testing import snapshot as S
+from txnfs_testing import txnfs_lib as tl
 
 
 def _populate(root):

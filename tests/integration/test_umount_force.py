@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 
 def test_force_frees_requests_waiting_on_a_daemon_that_does_not_answer(mnt):

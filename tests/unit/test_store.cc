@@ -62,15 +62,18 @@ TEST_CASE("backing handles reopen the same object and go stale when it is remove
   BackingId id = backing_id(fd);
   ::close(fd);
   int mnt = ::open(t.path.c_str(), O_RDONLY | O_DIRECTORY);
-  int again = open_by_fh(mnt, id.fh, O_RDONLY);
-  REQUIRE(again >= 0);
-  struct stat st;
-  ::fstat(again, &st);
-  CHECK(st.st_ino == id.ino);
-  ::close(again);
+  {
+    UniqueFd again = open_by_fh(mnt, id.fh, O_RDONLY);
+    REQUIRE(again);
+    struct stat st;
+    ::fstat(again.get(), &st);
+    CHECK(st.st_ino == id.ino);
+  }
   ::unlink(f.c_str());
-  CHECK(open_by_fh(mnt, id.fh, O_RDONLY) == -ESTALE);
-  CHECK(open_by_fh(mnt, "xx", O_RDONLY) == -ESTALE);
+  UniqueFd gone = open_by_fh(mnt, id.fh, O_RDONLY);
+  CHECK((!gone && gone.err() == ESTALE));
+  UniqueFd bad = open_by_fh(mnt, "xx", O_RDONLY);
+  CHECK((!bad && bad.err() == ESTALE));
   ::close(mnt);
 }
 

@@ -98,9 +98,9 @@ struct Core {
   std::string read_committed(const std::string &rel) {
     UniqueFd fd(::open(p(rel).c_str(), O_RDONLY | O_CLOEXEC));
     std::string s(1 << 16, '\0');
-    ssize_t n = env.view.read(inode(rel)->nodeid, fd.get(), s.data(), s.size(), 0);
-    REQUIRE(n >= 0);
-    s.resize(size_t(n));
+    size_t n = 0;
+    REQUIRE(env.view.read(inode(rel)->nodeid, fd.get(), s.data(), s.size(), 0, &n) == 0);
+    s.resize(n);
     return s;
   }
   void put(const std::string &rel, const std::string &data) {

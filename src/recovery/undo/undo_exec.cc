@@ -34,6 +34,7 @@
 
 #include "store/crash_point.h"
 #include "store/error.h"
+#include "store/fault_point.h"
 #include "recovery/undo/undo_io.h"
 #include "recovery/undo/undo_record.h"
 
@@ -134,10 +135,9 @@ class Executor {
   // The object `id` names, or no fd when it no longer exists (stale handle, or
   // unlinked and only kept alive by someone's open fd).
   UniqueFd open_obj(const BackingId &id, int flags, const char *what) {
-    int fd = open_by_fh(ctx_.mount_fd, id.fh, flags | O_CLOEXEC);
-    if (fd == -ESTALE || fd == -ENOENT) return UniqueFd();
-    if (fd < 0) fail(fmt::format("open {} (inode {}) by handle", what, id.ino), -fd);
-    UniqueFd f(fd);
+    UniqueFd f = open_by_fh(ctx_.mount_fd, id.fh, flags | O_CLOEXEC);
+    if (!f && (f.err() == ESTALE || f.err() == ENOENT)) return UniqueFd();
+    if (!f) fail(fmt::format("open {} (inode {}) by handle", what, id.ino), f.err());
     struct stat st;
     if (::fstat(f.get(), &st) != 0) fail(fmt::format("stat {}", what), errno);
     if (st.st_nlink == 0) return UniqueFd();
@@ -529,6 +529,7 @@ std::vector<std::string> inspect_log(int backups_fd, uint64_t txid, uint64_t *st
 // records kept as xattrs go with the directory.
 void discard_log(const UndoContext &ctx, uint64_t txid) {
   std::string name = std::to_string(txid);
+  if (int e = TXNFS_FAULT("log.discard")) throw_errno("remove committed log backups/" + name, e);
   // Most logs hold nothing but their records (a transaction that only made objects and
   // changed attributes): one rmdir, without listing the directory first.
   if (::unlinkat(ctx.backups_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return;

@@ -12,6 +12,7 @@
 
 #include "store/crash_point.h"
 #include "store/error.h"
+#include "store/fault_point.h"
 #include "recovery/undo/undo_io.h"
 #include "recovery/undo/undo_record.h"
 
@@ -67,6 +68,7 @@ uint64_t UndoLog::backup_bytes() const { return c_->backup_bytes.load(); }
 int UndoLog::put_record(uint64_t seq, UndoStep &s) {
   s.seq = seq;
   std::string text = encode_step(s);
+  if (int e = TXNFS_FAULT("undo.record")) return e;
   bool as_xattr = c_->xattr_records.fetch_add(1) < kMaxXattrRecords, refused = false;
   if (int e = put_record_text(dir_fd_.get(), seq, text, as_xattr, &refused)) return e;
   if (refused) c_->xattr_records = kMaxXattrRecords;  // symlinks from here on
@@ -123,7 +125,8 @@ uint64_t UndoLog::backup_range(int fd, UndoStep s) {
   std::string dname = data_name(seq);
   UniqueFd d(::openat(dir_fd_.get(), dname.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!d) throw_errno(fmt::format("create backup {}/{}", txid_, dname), d.err());
-  int e = reflink_ ? undo_io::clone_range(fd, d.get(), start, end - start) : EOPNOTSUPP;
+  int e = TXNFS_FAULT("undo.backup");
+  if (!e) e = reflink_ ? undo_io::clone_range(fd, d.get(), start, end - start) : EOPNOTSUPP;
   if (e == EOPNOTSUPP || e == EXDEV || e == ENOTTY || e == EINVAL) {
     // Copy mode, a file system without reflink, or a layout the kernel will not remap
     // (EINVAL; the range is aligned as the kernel asks, so this should not happen).
@@ -160,8 +163,9 @@ int UndoLog::stash(int dirfd, const char *name, UndoStep s, uint64_t *seq_out) {
   }
   if (err) return err;
   TXNFS_CRASH_POINT("undo.after_record");
-  if (::renameat2(dirfd, name, dir_fd_.get(), data_name(seq).c_str(), RENAME_NOREPLACE) != 0) {
-    int e = errno;
+  int e = TXNFS_FAULT("undo.stash");
+  if (e || ::renameat2(dirfd, name, dir_fd_.get(), data_name(seq).c_str(), RENAME_NOREPLACE) != 0) {
+    if (!e) e = errno;
     if (remove_record(dir_fd_.get(), seq) == 0) c_->steps--;
     return e;
   }
@@ -187,7 +191,7 @@ uint64_t UndoLog::snapshot_xattrs(int fd, UndoStep s) {
   UniqueFd d(::openat(dir_fd_.get(), dname.c_str(),
                 (dir ? O_RDONLY | O_DIRECTORY : O_RDWR | O_CREAT | O_EXCL) | O_NOFOLLOW | O_CLOEXEC,
                 0600));
-  int e = d ? 0 : d.err();
+  int e = d ? TXNFS_FAULT("undo.backup") : d.err();
   // Drop what the kernel may have put on the new object (inherited default ACLs,
   // security labels), so the snapshot holds exactly the xattrs of `fd`.
   undo_io::Xattrs own;
@@ -210,7 +214,10 @@ uint64_t UndoLog::snapshot_xattrs(int fd, UndoStep s) {
   return seq;
 }
 
-int mark_lazy_commit(int log_fd, uint64_t seq) { return put_lazy_marker(log_fd, seq); }
+int mark_lazy_commit(int log_fd, uint64_t seq) {
+  if (int e = TXNFS_FAULT("commit.lazy_marker")) return e;
+  return put_lazy_marker(log_fd, seq);
+}
 
 std::optional<uint64_t> lazy_commit_seq(int backups_fd, uint64_t txid) {
   std::string name = std::to_string(txid);

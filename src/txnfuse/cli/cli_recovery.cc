@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "store/crash_point.h"
+#include "store/fault_point.h"
 #include "store/error.h"
 #include "recovery/fsck.h"
 #include "store/metadb.h"
@@ -155,6 +156,11 @@ int fsck_command(const std::string &store, bool repair, bool accept) {
 
 int crash_points_command() {
   for (const auto &p : crash::kPoints) fmt::print("{}\t{}\t{}\n", p.name, p.where, p.tests);
+  return 0;
+}
+
+int fault_points_command() {
+  for (const auto &p : fault::kPoints) fmt::print("{}\t{}\t{}\n", p.name, p.where, p.caller);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 //                                   check (and repair) database, tree, recovery state and
 //                                   the damage mark
 //   txnfs crash-points              (hidden) the crash-injection points, one per line
+//   txnfs fault-points              (hidden) the fault-injection points, one per line
 //
 // Each returns the process exit status; Error propagates to main (exit 1, fsck 2).
 #pragma once
@@ -22,5 +23,7 @@ int fsck_command(const std::string &store, bool repair, bool accept_damage = fal
 
 // "NAME<TAB>WHERE<TAB>WHAT IT TESTS" per point; 0.
 int crash_points_command();
+// "NAME<TAB>WHERE<TAB>WHAT THE CALLER SEES" per point; 0.
+int fault_points_command();
 
 }  // namespace txnfs::cli

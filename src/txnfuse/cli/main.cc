@@ -9,6 +9,7 @@
 #include "txnfuse/cli/cli_txn.h"
 #include "txnfuse/cli/cli_umount.h"
 #include "store/crash_point.h"
+#include "store/fault_point.h"
 #include "txnfuse/fuse/daemon.h"
 #include "store/error.h"
 #include "recovery/fsck.h"
@@ -114,6 +115,8 @@ int main(int argc, char **argv) {
 
   auto *crash_points = app.add_subcommand("crash-points", "List the crash-injection points");
   crash_points->group("");  // hidden: for test harnesses (TXNFS_CRASH_AT=NAME:COUNT)
+  auto *fault_points = app.add_subcommand("fault-points", "List the fault-injection points");
+  fault_points->group("");  // hidden: for test harnesses (TXNFS_FAIL_AT=NAME:COUNT:ERRNO)
 
   cli::TxnCommands txn(app);  // run, begin, commit, abort, status (cli_txn.cc)
 
@@ -127,6 +130,7 @@ int main(int argc, char **argv) {
   }
   try {
     crash::check_environment();
+    fault::check_environment();
     if (txn.selected()) return txn.execute();
     if (*init) {
       init_store(store, allow_copy);
@@ -142,6 +146,7 @@ int main(int argc, char **argv) {
     if (*fsck) return cli::fsck_command(store, repair, accept_damage);
     if (*recover) return cli::recover_command(store, force, verbose);
     if (*crash_points) return cli::crash_points_command();
+    if (*fault_points) return cli::fault_points_command();
   } catch (const Error &e) {
     fmt::print(stderr, "txnfs: error: {}\n", e.what());
     if (!e.hint().empty()) fmt::print(stderr, "  hint: {}\n", e.hint());

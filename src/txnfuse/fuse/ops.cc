@@ -1,13 +1,17 @@
 // The operation table and connection setup.
 #include <sys/stat.h>
 
+#include <cerrno>
+
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 #include <spdlog/spdlog.h>
 
+#include "store/error.h"
 #include "txnfuse/fuse/fs.h"
 #include "txnfuse/fuse/park.h"
 #include "sync/stall_watchdog.h"
@@ -137,16 +141,33 @@ class CallSite : public park::Site {
   std::tuple<A...> args_;
 };
 
+// Answers a request whose handler threw `e` (src/store/error.h, "Errors on the request
+// path"): the exception's errno, EIO if it has none; FORGETs get no answer.
+void answer_thrown(const char *name, uint64_t node, fuse_req_t req, const std::exception &e) {
+  int err = errno_in(e);
+  spdlog::error("{} (node {}): {}", name, node, e.what());
+  std::string_view n = name;
+  if (n == "FORGET" || n == "BATCH_FORGET")
+    fuse_reply_none(req);
+  else
+    fuse_reply_err(req, err > 0 ? err : EIO);
+}
+
 // Runs a handler, watched by the stall watchdog; a handler that parked its request
-// unwinds to here and the request is answered later (park.h).
+// unwinds to here and the request is answered later (park.h). This is the one place
+// where an exception on the request path stops: a handler answers last, so one that
+// threw has not answered yet.
 template <auto Field, int NodeIndex, typename... A>
 void serve(const char *name, std::shared_ptr<void> buffer, A... a) {
-  stall::InFlight in_flight(name, node_arg<NodeIndex>(a...));
+  uint64_t node = node_arg<NodeIndex>(a...);
+  stall::InFlight in_flight(name, node);
   CallSite<Field, NodeIndex, A...> site(name, std::move(buffer), a...);
   park::Scope scope(&site);
   try {
     (handlers.*Field)(a...);
   } catch (const park::Unwind &) {
+  } catch (const std::exception &e) {
+    answer_thrown(name, node, std::get<0>(std::forward_as_tuple(a...)), e);
   }
 }
 

@@ -28,8 +28,9 @@ void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   }
   if (err) return (void)fuse_reply_err(req, err);
   // Opened by handle: no O_PATH fd needs pinning for it.
-  int fd = open_by_fh(op.fs().tree_fd, i->fh, backing_open_flags(fi->flags));
-  if (fd < 0) return (void)fuse_reply_err(req, -fd);
+  UniqueFd opened = open_by_fh(op.fs().tree_fd, i->fh, backing_open_flags(fi->flags));
+  if (!opened) return (void)fuse_reply_err(req, opened.err());
+  int fd = opened.release();
   if ((fi->flags & O_TRUNC))
     if (int e = kill_privs(req, nodeid, fd, SetidChange::kData, fi->kill_suidgid)) {
       ::close(fd);
@@ -70,9 +71,10 @@ void op_fsync(fuse_req_t req, fuse_ino_t nodeid, int datasync, fuse_file_info *f
 void read_committed(fuse_req_t req, Fs &fs, fuse_ino_t nodeid, size_t size, off_t off,
                     fuse_file_info *fi) {
   std::vector<char> buf(size);
-  ssize_t n = fs.view.read(nodeid, fd_of(fi), buf.data(), size, off);
-  if (n < 0) return (void)fuse_reply_err(req, int(-n));
-  fuse_reply_buf(req, buf.data(), size_t(n));
+  size_t n = 0;
+  if (int err = fs.view.read(nodeid, fd_of(fi), buf.data(), size, off, &n))
+    return (void)fuse_reply_err(req, err);
+  fuse_reply_buf(req, buf.data(), n);
 }
 
 void op_read(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off, fuse_file_info *fi) {

@@ -46,8 +46,9 @@ bool is_dot_or_dotdot(const char *n) {
 void op_opendir(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   InodePtr i = inode_of(req, nodeid);
   if (!i) return (void)fuse_reply_err(req, ESTALE);
-  int fd = open_by_fh(fs_of(req).tree_fd, i->fh, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return (void)fuse_reply_err(req, -fd);
+  UniqueFd opened = open_by_fh(fs_of(req).tree_fd, i->fh, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (!opened) return (void)fuse_reply_err(req, opened.err());
+  int fd = opened.release();
   auto d = std::make_unique<DirHandle>();
   d->dp = ::fdopendir(fd);
   if (!d->dp) {
@@ -250,6 +251,8 @@ void stream(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHan
       try {
         lerr = do_lookup(fs, dir, name, &e);
       } catch (const std::exception &ex) {
+        // The second place an exception stops (src/store/error.h): the entries already
+        // looked up count in the kernel only if this reply carries them.
         spdlog::error("readdirplus {} in {}: {}", name, nodeid, ex.what());
         lerr = EIO;
       }

@@ -11,10 +11,12 @@
 #include <functional>
 #include <string_view>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "store/backing.h"
 #include "store/error.h"
+#include "store/store.h"
 #include "sync/stall_watchdog.h"
 #include "txnfuse/fuse/fs.h"
 #include "txnfuse/fuse/op.h"
@@ -186,7 +188,7 @@ int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e, const Op *op) {
   }
   auto row = fs.db->handle(nodeid);
   if (!row) return ENOENT;  // the kernel reports ESTALE
-  UniqueFd fd(open_by_fh(fs.tree_fd, row->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd fd = open_by_fh(fs.tree_fd, row->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (!fd) return ENOENT;
   struct stat st;
   if (stat_fd(fd.get(), &st) != 0 || st.st_ino != row->ino || removed(st)) return ENOENT;
@@ -224,7 +226,7 @@ int lookup_committed(Fs &fs, const InodePtr &parent, const char *name, fuse_entr
   }
   if (err == 0) fs.forget(e->ino, 1);
   if (!before->existed) return ENOENT;
-  UniqueFd fd(open_by_fh(fs.tree_fd, before->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd fd = open_by_fh(fs.tree_fd, before->fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (!fd) return ENOENT;
   // The committed object may be one the transaction removes: its row goes when that
   // commits, and must not come back through this lookup. No row is written here.
@@ -237,7 +239,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
   Fs &fs = op.fs();
   fuse_entry_param e;
   int err = op.read_error();
-  try {
+  {
     if (err) {
     } else if (std::strcmp(name, ".") == 0) {
       err = lookup_self(fs, parent, &e, &op);
@@ -265,9 +267,6 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
         return;
       }
     }
-  } catch (const std::exception &ex) {
-    spdlog::error("lookup {} in {}: {}", name, parent, ex.what());
-    err = EIO;
   }
   if (err) return (void)fuse_reply_err(req, err);
   finish_entry(op, e, false);  // LOOKUP "." (a file handle): as any other lookup
@@ -464,14 +463,17 @@ int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name,
   } else if ((err = make(dir.get(), name))) {
     return err;
   }
+  auto unmake = [&] {  // a plain request's entry goes again (a transaction's abort undoes it)
+    if (!op.txn()) ::unlinkat(dir.get(), name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
+  };
   try {
     err = made ? lookup_fd(fs, std::move(made), parent->nodeid, name, true, e)
                : lookup_name(fs, parent, name, true, e);
-  } catch (const std::exception &ex) {
-    spdlog::error("recording new entry {} in {}: {}", name, parent->nodeid, ex.what());
-    err = EIO;
+  } catch (...) {  // its handle row could not be written: serve() answers the error
+    unmake();
+    throw;
   }
-  if (err && !op.txn()) ::unlinkat(dir.get(), name, S_ISDIR(mode) ? AT_REMOVEDIR : 0);
+  if (err) unmake();
   if (!err) op.set_timeouts(*e, op.shared_name(parent->nodeid));
   return err;
 }
@@ -557,6 +559,23 @@ void op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent, const char
 
 // After `victim_fd`'s entry (parent, name) was removed or replaced: drop the row when
 // the object is gone, else forget that name of it.
+// A name change is made in the tree, but the handle rows that follow it could not be
+// written (SQLite refused, `e`). The change stands, so the table is marked for
+// reconciling (mark_handles_stale: the next recovery makes the rows follow the tree).
+// A plain request answers success: the tree changed as it asked, and a handle is
+// found by its object, not its row's name, until then. A transaction's request fails
+// with the error and dooms the transaction: only its abort can end it, which puts the
+// names back.
+int rows_not_written(Fs &fs, Op &op, const std::string &what, const std::exception &e) {
+  spdlog::error("{}: the handle table could not follow: {}", what, e.what());
+  mark_handles_stale(fs.paths, what + ": " + e.what());
+  Txn *t = op.txn();
+  if (!t) return 0;
+  int err = errno_in(e) > 0 ? errno_in(e) : EIO;
+  t->doom(err);
+  return err;
+}
+
 void unrecord_name(Fs &fs, int victim_fd, uint64_t parent, const char *name) {
   struct stat st;
   if (stat_fd(victim_fd, &st) != 0) return;
@@ -585,7 +604,7 @@ void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, int flags
   try {
     if (!err) unrecord_name(fs, victim, parent, name);
   } catch (const std::exception &ex) {
-    spdlog::error("unrecording {} in {}: {}", name, parent, ex.what());
+    err = rows_not_written(fs, op, fmt::format("remove {} in {}", name, parent), ex);
   }
   ::close(victim);
   fuse_reply_err(req, err);
@@ -671,7 +690,8 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
       record_whiteout(fs, p, name);
     }
   } catch (const std::exception &ex) {
-    spdlog::error("recording rename {} -> {}: {}", name, newname, ex.what());
+    err = rows_not_written(fs, op, fmt::format("rename {} in {} to {} in {}", name, parent,
+                                               newname, newparent), ex);
   }
   // Before the reply, after which the kernel moves its dentries: a name cached with a
   // lifetime must not answer from the cache at its new place (txn_rename). Where the

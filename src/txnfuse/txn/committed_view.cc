@@ -93,18 +93,23 @@ std::optional<ObjectBefore> CommittedView::object(uint64_t nodeid) {
   return b;
 }
 
-ssize_t CommittedView::read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) {
-  ssize_t n = 0;
-  if (!until_quiet([&] { return (n = read_once(nodeid, fd, buf, size, off)) != -EAGAIN; }))
-    return -EIO;
-  return n;
+int CommittedView::read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off,
+                        size_t *len) {
+  int err = 0;
+  if (!until_quiet([&] { return (err = read_once(nodeid, fd, buf, size, off, len)) != EAGAIN; }))
+    return EIO;
+  return err;
 }
 
-ssize_t CommittedView::read_once(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) {
+int CommittedView::read_once(uint64_t nodeid, int fd, char *buf, size_t size, off_t off,
+                             size_t *out) {
   ssize_t n = ::pread(fd, buf, size, off);
-  if (n < 0) return -errno;
+  if (n < 0) return errno;
   auto b = object(nodeid);
-  if (!b) return n;
+  if (!b) {
+    *out = size_t(n);
+    return 0;
+  }
   uint64_t committed = uint64_t(b->st.st_size), start = uint64_t(off);
   size_t len = start >= committed ? 0 : size_t(std::min<uint64_t>(size, committed - start));
   if (size_t(n) < len) std::fill(buf + n, buf + len, 0);
@@ -112,10 +117,11 @@ ssize_t CommittedView::read_once(uint64_t nodeid, int fd, char *buf, size_t size
     uint64_t lo = std::max(a, start), hi = std::min(v.first, start + len);
     if (lo >= hi) continue;
     UniqueFd dfd(::openat(b->log.get(), v.second.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!dfd) return -EAGAIN;  // the transaction committed meanwhile: read again
-    if (::pread(dfd.get(), buf + (lo - start), hi - lo, off_t(lo)) < 0) return -EIO;
+    if (!dfd) return EAGAIN;  // the transaction committed meanwhile: read again
+    if (::pread(dfd.get(), buf + (lo - start), hi - lo, off_t(lo)) < 0) return EIO;
   }
-  return ssize_t(len);
+  *out = len;
+  return 0;
 }
 
 bool CommittedView::attrs(uint64_t nodeid, int fd, struct stat &st) {

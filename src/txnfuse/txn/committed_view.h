@@ -97,14 +97,15 @@ class CommittedView {
   //
   // Committed bytes of `nodeid` at [off, off+size), read from `fd` (the object) and
   // patched with what an open transaction saved before overwriting; cut at the
-  // committed size. Returns the length, or -errno.
+  // committed size. 0 and the length in *len, or an errno.
   //
   // A transaction may finish while this reads: the bytes read from the tree before
   // then may be its uncommitted (even half-written) ones, and the saved ranges that
   // would have hidden them go with its log. So a read during which any transaction
   // was forgotten, or that finds a saved range gone, is done again; one that saw no
   // transaction finish is consistent by the order above.
-  ssize_t read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) EXCLUDES(mu_);
+  int read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off, size_t *len)
+      EXCLUDES(mu_);
   // The committed attributes of `nodeid`: fstat of `fd` (the object in the tree),
   // replaced by what an open transaction saved before changing them. Returns false
   // when it replaced them (they may still change: do not cache them). On a failed
@@ -146,8 +147,9 @@ class CommittedView {
  private:
   // One attempt of listing().
   CommittedListing listing_once(uint64_t dir, DIR *dp) EXCLUDES(mu_);
-  // One attempt of read(); -EAGAIN when a saved range was gone.
-  ssize_t read_once(uint64_t nodeid, int fd, char *buf, size_t size, off_t off) EXCLUDES(mu_);
+  // One attempt of read(); EAGAIN when a saved range was gone.
+  int read_once(uint64_t nodeid, int fd, char *buf, size_t size, off_t off, size_t *len)
+      EXCLUDES(mu_);
   // Transactions forgotten so far (until_quiet() compares it before and after).
   std::atomic<uint64_t> forgotten_{0};
   Mutex mu_{LockRank::kCommittedView};  // a leaf (src/sync/lock_order.h); taken under Txn::mu

@@ -70,9 +70,9 @@ InodeFd FdCache::pin(int mount_fd, const Inode &i) {
     }
   }
   // Opened outside the lock: a syscall that may read the inode from disk.
-  int fd = open_by_fh(mount_fd, i.fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return InodeFd(-fd);
-  return adopt(i, UniqueFd(fd));
+  UniqueFd fd = open_by_fh(mount_fd, i.fh, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (!fd) return InodeFd(fd.err());
+  return adopt(i, std::move(fd));
 }
 
 InodeFd FdCache::adopt(const Inode &i, UniqueFd fd) {

@@ -16,6 +16,7 @@
 
 #include "recovery/undo/undo_record.h"
 #include "store/crash_point.h"
+#include "store/fault_point.h"
 #include "txnfuse/txn/txn_env.h"
 
 namespace txnfs {
@@ -143,12 +144,14 @@ int GroupCommit::group_commit(Txn *t, Round why) {
     gc_rows_ = false;
     bool mark_ok = lazy_mark_ok_;
     l.unlock();
-    int err = ::syncfs(env_.tree_fd) == 0 ? 0 : errno;
+    int err = TXNFS_FAULT("commit.syncfs");
+    if (!err && ::syncfs(env_.tree_fd) != 0) err = errno;
     bool marked = false;  // lazy covered by the durable mark, durable now
     if (!err) {
       TXNFS_CRASH_POINT("commit.after_syncfs");
       if (!lazy.empty() && mark_ok) {
-        err = set_lazy_durable(env_.backups_fd, lazy.back()->commit_seq);
+        err = TXNFS_FAULT("commit.durable_mark");
+        if (!err) err = set_lazy_durable(env_.backups_fd, lazy.back()->commit_seq);
         if (!err && ::fsync(env_.backups_fd) != 0) err = errno;
         if (!err) {
           marked = true;

@@ -251,8 +251,18 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
         // The rollback removes the log before the handle rows below follow it: until
         // they have, a durable record tells recovery to reconcile the handle table
         // (recover.cc), the log being gone. One sync per rollback; begin writes no row.
-        env_.db->record_open_txn(txn_row(*t));
-        env_.db->sync();
+        // (Set back from 'committed' where a commit's record was written and its sync
+        // failed: recovery must go on rolling back, never discard the log.)
+        env_.db->record_rolling_back(txn_row(*t));
+        try {
+          env_.db->sync();
+        } catch (const std::exception &e) {
+          // The row is in the WAL, which a killed daemon leaves behind; what is lost is
+          // only the reconciling after a power cut. Not rolling back would leave the
+          // changes visible to everyone until the next mount.
+          spdlog::error("abort of transaction {}: {}; rolling back all the same", t->id(),
+                        e.what());
+        }
         // A step that cannot be undone marks the store damaged (durably, before the log
         // goes; the log is kept in .txnfs/damaged): fsck and the next mount report it.
         UndoContext ctx{env_.tree_fd, env_.backups_fd,

@@ -35,7 +35,7 @@ import stat
 import time
 from pathlib import Path
 
-import txnfs_lib as tl
+from txnfs_testing import txnfs_lib as tl
 
 # fields that only make sense on one side when comparing the mount with STORE/tree
 MOUNT_ONLY_FIELDS = ("handle", "ino")

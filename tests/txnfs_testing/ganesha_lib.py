@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from txnfs_lib import REPO
+from txnfs_testing.txnfs_lib import REPO
 
 TEMPLATE = REPO / "contrib" / "ganesha.conf"
 DEBIAN_BIN = "/usr/bin/ganesha.nfsd"

@@ -25,8 +25,8 @@ from __future__ import annotations
 import os
 import struct
 
-import nfs4_probe as nfs
-from nfs4_probe import op, opaque, string, u32, u64
+from txnfs_testing import nfs4_probe as nfs
+from txnfs_testing.nfs4_probe import op, opaque, string, u32, u64
 
 OK = nfs.NFS4_OK
 

@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# The folder holding this package (tests/), which a Python child that imports the helpers
+# needs on PYTHONPATH: python_env().
+HELPERS_PARENT = Path(__file__).resolve().parents[1]
 
 # Upper bound for any single CLI call; a hang is a failure, not a stuck suite.
 CMD_TIMEOUT = 60
@@ -39,6 +42,15 @@ NOBODY_GID = 65534
 # --------------------------------------------------------------------------
 # the binary and running commands
 # --------------------------------------------------------------------------
+
+def python_env(env: dict | None = None) -> dict:
+    """`env` (default: os.environ) with tests/ first on PYTHONPATH: the environment of a
+    Python child that imports txnfs_testing (a test file run again as a script, or a
+    `python3 -c` program)."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HELPERS_PARENT), env.get("PYTHONPATH")]))
+    return env
+
 
 def txnfs_bin() -> str:
     """Path of the txnfs CLI: $TXNFS_BIN, else <repo>/build/src/txnfuse/txnfs."""

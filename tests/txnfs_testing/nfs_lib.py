@@ -14,7 +14,7 @@ import json
 import subprocess
 from dataclasses import dataclass
 
-from txnfs_lib import REPO
+from txnfs_testing.txnfs_lib import REPO
 
 CLIENT = REPO / "build" / "src" / "compound_bridge" / "client" / "txnfs-nfs"
 TIMEOUT = 60
