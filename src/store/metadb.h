@@ -5,7 +5,7 @@
 // Thread safety: one connection guarded by a mutex; every public call is atomic. The
 // mutex is recursive (transaction(fn) lets fn call the public functions) and ranks 30 in
 // the lock hierarchy (src/sync/lock_order.h): a thread holding it — every fn passed to
-// transaction() — may take only leaf mutexes, never Txn::mu or TxnManager::mu_.
+// transaction() — may take only leaf mutexes, never Txn::mu or TxnBinding::mu_.
 // Durability: WAL mode, synchronous=NORMAL — a committed change survives a killed
 // process; sync() makes everything committed so far survive a power cut.
 #pragma once

@@ -5,7 +5,7 @@
 //
 //   rank  mutex                        guards
 //   ----  ---------------------------  ------------------------------------------------
-//    10   TxnManager::mu_              the maps binding threads/processes to transactions
+//    10   TxnBinding::mu_              the maps binding threads/processes to transactions
 //                                      (begin() deletes a refused record under it: -> MetaDb)
 //    20   Txn::mu                      one transaction's log, touched objects and entries,
 //                                      removed names, handle-row names, in-flight count.
@@ -15,7 +15,7 @@
 //    30   MetaDb::mu_ (recursive)      the SQLite connection; transaction(fn) holds it
 //                                      while fn runs, so fn may take only leaves below
 //   -- leaves --
-//    40   TxnManager::gc_mu_           the group-commit queue
+//    40   GroupCommit::gc_mu_          the group-commit rounds, the lazy queue, records to forget
 //    41   TxnManager::clean_mu_        the cleaner's queue of committed logs
 //    50   LockManager::mu_             the lock table (and every LockOwner's held/waiting)
 //    60   InodeTable::mu_              nodeid -> Inode (and Inode::nlookup)
@@ -25,7 +25,7 @@
 //                                      (src/txnfuse/fuse/listings.h)
 //    80   StepMirror::mu_              undo steps queued for the undo_records table
 //    90   Invalidator::mu_             kernel-cache invalidations queued for its thread
-//    95   TxnManager::lazy_mu_         links that logs of lazy commits not yet durable
+//    95   GroupCommit::lazy_mu_        links that logs of lazy commits not yet durable
 //                                      still hold on objects (read by getattr)
 //    96   TxnManager::writers_mu_      files transactions opened for writing (fd ->
 //                                      transaction), for the kernel's writeback of
@@ -68,7 +68,7 @@
 namespace txnfs {
 
 enum class LockRank : uint8_t {
-  kTxnManager = 10,
+  kTxnBinding = 10,
   kTxn = 20,
   kMetaDb = 30,
   kGroupCommit = 40,

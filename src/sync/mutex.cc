@@ -12,10 +12,10 @@ namespace txnfs {
 
 const char *lock_rank_name(LockRank r) {
   switch (r) {
-    case LockRank::kTxnManager: return "TxnManager::mu_";
+    case LockRank::kTxnBinding: return "TxnBinding::mu_";
     case LockRank::kTxn: return "Txn::mu";
     case LockRank::kMetaDb: return "MetaDb::mu_";
-    case LockRank::kGroupCommit: return "TxnManager::gc_mu_";
+    case LockRank::kGroupCommit: return "GroupCommit::gc_mu_";
     case LockRank::kCleaner: return "TxnManager::clean_mu_";
     case LockRank::kLockManager: return "LockManager::mu_";
     case LockRank::kInodeTable: return "InodeTable::mu_";
@@ -23,7 +23,7 @@ const char *lock_rank_name(LockRank r) {
     case LockRank::kCommittedView: return "CommittedView::mu_";
     case LockRank::kListings: return "ListingSnapshots::mu_";
     case LockRank::kStepMirror: return "StepMirror::mu_";
-    case LockRank::kLazyStash: return "TxnManager::lazy_mu_";
+    case LockRank::kLazyStash: return "GroupCommit::lazy_mu_";
     case LockRank::kWriters: return "TxnManager::writers_mu_";
     case LockRank::kPool: return "park::Pool::mu_";
     case LockRank::kTxnIds: return "MetaDb::ids_mu_";

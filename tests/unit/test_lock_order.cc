@@ -62,7 +62,7 @@ TEST_CASE("acquiring up the hierarchy is reported with both mutexes' names") {
 
 TEST_CASE("released mutexes leave the thread's stack, also out of order") {
   if (!lock_order::kEnabled) return;  // built without -Dlock_order_check
-  Mutex a(LockRank::kTxnManager), b(LockRank::kTxn), c(LockRank::kCommittedView);
+  Mutex a(LockRank::kTxnBinding), b(LockRank::kTxn), c(LockRank::kCommittedView);
   CHECK(violations_in([&] {
           {
             MutexLock la(a);

@@ -1,9 +1,6 @@
 // TxnManager's background threads: the reaper aborts transactions whose owner exited;
 // the cleaner discards the logs of committed transactions, then has their records
 // forgotten.
-#include <sys/epoll.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <deque>
 #include <vector>
@@ -17,19 +14,11 @@
 
 namespace txnfs {
 
-// Aborts transactions whose owner (thread or process) has exited: begin adds the
-// owner's pidfd to epoll_fd_ (data: the transaction's id), unbind removes it.
+// Aborts transactions whose owner (thread or process) has exited: the binding watches
+// the owner of every bound transaction (TxnBinding::exited).
 void TxnManager::reaper_loop() {
   while (!stopping_) {
-    epoll_event evs[64];
-    int n = ::epoll_wait(epoll_fd_, evs, 64, 1000);
-    for (int k = 0; k < n; k++) {
-      uint64_t id = evs[k].data.u64;
-      if (id == 0) {  // wake_fd_: stopping
-        uint64_t v;
-        [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
-        continue;
-      }
+    for (uint64_t id : binding_.exited(1000)) {
       TxnPtr t = find(id);
       if (t && abort(0, id) == 0) {  // (ENOENT: it had finished already)
         spdlog::info("owner {} of transaction {} exited; aborted it", t->pid, id);
@@ -80,13 +69,10 @@ void TxnManager::cleaner_loop() {
       }
     }
     if (discarded) TXNFS_CRASH_POINT("cleanup.after_discard");
-    if (!gone.empty()) {
-      MutexLock l(gc_mu_);
-      forget_after_sync_.insert(forget_after_sync_.end(), gone.begin(), gone.end());
-    }
+    if (!gone.empty()) gc_.forget_after_sync(gone);
     if (forget_by == never) forget_by = Clock::now() + kForgetDelay;
     if (stop || Clock::now() >= forget_by) {
-      if (forget_records()) {
+      if (gc_.forget_records()) {
         {
           MutexLock c(clean_mu_);
           forget_armed_ = false;
@@ -94,7 +80,7 @@ void TxnManager::cleaner_loop() {
         // A record queued while forget_armed_ was still true is seen here; one queued
         // from now on wakes us.
         forget_by = never;
-        if (!forget_records_done()) forget_by = Clock::now() + kForgetDelay;
+        if (!gc_.forget_records_done()) forget_by = Clock::now() + kForgetDelay;
       } else {
         forget_by = Clock::now() + kForgetDelay;  // a failed round: again later
       }
@@ -103,35 +89,6 @@ void TxnManager::cleaner_loop() {
     if (forget_by != never) forget_armed_ = true;
     if (stop && to_discard_.empty()) return;  // (what is left, the next recovery forgets)
   }
-}
-
-bool TxnManager::forget_records_done() {
-  MutexLock l(gc_mu_);
-  return forget_now_.empty() && forget_after_sync_.empty();
-}
-
-bool TxnManager::forget_records() {
-  std::vector<uint64_t> now_ids;
-  bool after_sync;
-  {
-    MutexLock l(gc_mu_);
-    now_ids.swap(forget_now_);
-    after_sync = !forget_after_sync_.empty();
-  }
-  if (!now_ids.empty()) {
-    try {
-      env_.db->transaction([&] {
-        for (uint64_t id : now_ids) env_.db->delete_txn(id);
-      });
-    } catch (const std::exception &e) {
-      spdlog::error("deleting transaction records: {}", e.what());
-      MutexLock l(gc_mu_);
-      forget_now_.insert(forget_now_.end(), now_ids.begin(), now_ids.end());
-    }
-  }
-  // A round deletes forget_after_sync_ after its syncfs (and forget_now_ again).
-  if (after_sync) group_commit(nullptr, Round::kCleaner);
-  return forget_records_done();
 }
 
 }  // namespace txnfs

@@ -1,10 +1,14 @@
-// Group commit (TxnManager::group_commit): the commits that arrive while a leader
-// syncs wait for the next leader, who syncs once for all of them. Lazy commits join the
-// lazy queue and do not wait: every round makes them durable too (the durable mark), and
-// the flusher runs a round for them when nobody else does (TxnManager::flusher_loop).
+// Group commit (GroupCommit::group_commit; group_commit.h has the invariants): the
+// commits that arrive while a leader syncs wait for the next leader, who syncs once for
+// all of them. Lazy commits join the lazy queue and do not wait: every round makes them
+// durable too (the durable mark), and the flusher runs a round for them when nobody else
+// does (GroupCommit::flusher_loop).
+#include "txnfuse/txn/group_commit.h"
+
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -13,20 +17,46 @@
 #include "recovery/undo/undo_record.h"
 #include "store/crash_point.h"
 #include "store/fault_point.h"
-#include "txnfuse/txn/txn.h"
 #include "txnfuse/txn/txn_env.h"
 
 namespace txnfs {
 
-int TxnManager::durable_commit(Txn &t) { return group_commit(&t); }
+GroupCommit::GroupCommit(TxnEnv &env, const TxnLimits &limits,
+                         std::function<void(Txn &)> after_durable)
+    : env_(env), limits(limits), after_durable_(std::move(after_durable)) {}
 
-int TxnManager::sync() { return group_commit(nullptr); }
+GroupCommit::~GroupCommit() { stop(); }
+
+void GroupCommit::start() {
+  {
+    // Lazy commits number on from the durable mark: a marker at or below it would count
+    // as durable after a crash (set_lazy_durable).
+    uint64_t mark = lazy_durable_upto(env_.backups_fd);
+    MutexLock g(gc_mu_);
+    lazy_queue_.start(mark);
+    // Tests: lazy commits get commit records, as where the mark is refused.
+    if (const char *v = std::getenv("TXNFS_TEST_LAZY_RECORDS"); v && *v == '1')
+      lazy_mark_ok_ = false;
+  }
+  flusher_ = std::thread([this] { flusher_loop(); });
+}
+
+void GroupCommit::stop() {
+  stopping_ = true;
+  { MutexLock g(gc_mu_); }  // the flusher is waiting, or will see stopping_
+  flush_cv_.notify_all();
+  if (flusher_.joinable()) flusher_.join();  // it makes every lazy commit durable first
+}
+
+int GroupCommit::durable_commit(Txn &t) { return group_commit(&t); }
+
+int GroupCommit::sync() { return group_commit(nullptr); }
 
 // Commit order: the sequence number is taken, marked in the log, and the transaction
 // queued under gc_mu_, so the lazy queue is in sequence order and the marker of every
 // earlier lazy commit was written first (XFS journals the marker before anything that a
 // later transaction changes on top of this one: its locks are released after this).
-int TxnManager::lazy_commit(TxnPtr t) {
+int GroupCommit::lazy_commit(TxnPtr t) {
   UndoLog *log;
   {
     MutexLock g(t->mu);
@@ -35,13 +65,12 @@ int TxnManager::lazy_commit(TxnPtr t) {
   // (No SQLite write: the lazy_commits view gets its row from mirror_rows().)
   count_lazy_stashes(*t, +1);  // before anyone can stat what it removed
   MutexLock l(gc_mu_);
-  uint64_t seq = commit_seq_ + 1;
+  uint64_t seq = lazy_queue_.last_seq() + 1;
   if (int err = mark_lazy_commit(log->dir_fd(), seq)) {
     l.unlock();
     count_lazy_stashes(*t, -1);
     return err;
   }
-  commit_seq_ = seq;
   t->commit_seq = seq;
   t->lazy_since = std::chrono::steady_clock::now();
   t->lazy_wall_us.store(std::chrono::duration_cast<std::chrono::microseconds>(
@@ -52,13 +81,13 @@ int TxnManager::lazy_commit(TxnPtr t) {
   // The flusher waits for the oldest queued commit to come due; only the first one
   // queued gives it a new deadline (a wake-up per commit costs the caller a context switch).
   bool first = lazy_queue_.empty();
-  lazy_queue_.push_back(std::move(t));
+  lazy_queue_.push(std::move(t));
   TXNFS_CRASH_POINT("commit.lazy_marked");
   if (first) flush_cv_.notify_one();
   return 0;
 }
 
-void TxnManager::count_lazy_stashes(Txn &t, int sign) {
+void GroupCommit::count_lazy_stashes(Txn &t, int sign) {
   std::vector<std::pair<uint64_t, uint32_t>> links;  // as Txn::adjust counts them
   {
     MutexLock g(t.mu);
@@ -86,7 +115,7 @@ void TxnManager::count_lazy_stashes(Txn &t, int sign) {
 // no records to write or forget, does not touch SQLite. Where the mark is refused, lazy
 // commits get commit records in the round's SQLite transaction instead, in commit
 // order: SQLite's WAL keeps a prefix of its transactions after a crash.
-int TxnManager::group_commit(Txn *t, Round why) {
+int GroupCommit::group_commit(Txn *t, Round why) {
   MutexLock l(gc_mu_);
   uint64_t ticket = ++gc_requested_;
   if (t) gc_queue_.push_back(t);
@@ -101,8 +130,8 @@ int TxnManager::group_commit(Txn *t, Round why) {
     std::vector<Txn *> batch;
     batch.swap(gc_queue_);
     // (A cleaner's round alone leaves them queued; one asked for while it runs takes them.)
-    if (why != Round::kCleaner || gc_rows_) lazy_in_round_.swap(lazy_queue_);
-    std::vector<TxnPtr> lazy(lazy_in_round_.begin(), lazy_in_round_.end());
+    if (why != Round::kCleaner || gc_rows_) lazy_queue_.take_for_round();
+    std::vector<TxnPtr> lazy = lazy_queue_.in_round();
     // Records to forget: the logs of these were removed before this syncfs starts.
     std::vector<uint64_t> forget, forget_now;
     forget.swap(forget_after_sync_);
@@ -198,12 +227,11 @@ int TxnManager::group_commit(Txn *t, Round why) {
       forget_now_.insert(forget_now_.end(), forget_now.begin(), forget_now.end());
       // They stay committed and in commit order; the next round tries again.
       for (auto &b : lazy) b->durable_recorded = false;
-      for (auto it = lazy_in_round_.rbegin(); it != lazy_in_round_.rend(); ++it)
-        lazy_queue_.push_front(*it);
+      lazy_queue_.give_back();
       // (The flusher may be waiting for a first commit to queue: this round's are.)
       if (!lazy.empty()) flush_cv_.notify_one();
     }
-    lazy_in_round_.clear();
+    lazy_queue_.end_round();
     for (Txn *b : batch) b->commit_error = err;
     gc_err_ = err;
     if (upto >= ticket) mine = err;
@@ -217,7 +245,7 @@ int TxnManager::group_commit(Txn *t, Round why) {
 
 // Makes lazy commits durable at most limits.lazy_flush after they were made, in a
 // round of their own when no durable commit or sync() came first; at stop, all of them.
-void TxnManager::flusher_loop() {
+void GroupCommit::flusher_loop() {
   MutexLock l(gc_mu_);
   while (true) {
     while (!stopping_ && lazy_queue_.empty()) flush_cv_.wait(gc_mu_);
@@ -237,6 +265,54 @@ void TxnManager::flusher_loop() {
     l.lock();
     if (stopping_ && !lazy_queue_.empty() && gc_err_ != 0) return;  // give up at stop
   }
+}
+
+void GroupCommit::forget_after_sync(const std::vector<uint64_t> &ids) {
+  MutexLock l(gc_mu_);
+  forget_after_sync_.insert(forget_after_sync_.end(), ids.begin(), ids.end());
+}
+
+void GroupCommit::forget_now(uint64_t id) {
+  MutexLock l(gc_mu_);
+  forget_now_.push_back(id);
+}
+
+bool GroupCommit::forget_records_done() {
+  MutexLock l(gc_mu_);
+  return forget_now_.empty() && forget_after_sync_.empty();
+}
+
+bool GroupCommit::forget_records() {
+  std::vector<uint64_t> now_ids;
+  bool after_sync;
+  {
+    MutexLock l(gc_mu_);
+    now_ids.swap(forget_now_);
+    after_sync = !forget_after_sync_.empty();
+  }
+  if (!now_ids.empty()) {
+    try {
+      env_.db->transaction([&] {
+        for (uint64_t id : now_ids) env_.db->delete_txn(id);
+      });
+    } catch (const std::exception &e) {
+      spdlog::error("deleting transaction records: {}", e.what());
+      MutexLock l(gc_mu_);
+      forget_now_.insert(forget_now_.end(), now_ids.begin(), now_ids.end());
+    }
+  }
+  // A round deletes forget_after_sync_ after its syncfs (and forget_now_ again).
+  if (after_sync) group_commit(nullptr, Round::kCleaner);
+  return forget_records_done();
+}
+
+uint64_t GroupCommit::oldest_lazy_ms() {
+  MutexLock g(gc_mu_);
+  auto now = std::chrono::steady_clock::now();
+  const Txn *oldest = lazy_queue_.oldest();
+  if (!oldest) return 0;
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest->lazy_since).count());
 }
 
 }  // namespace txnfs

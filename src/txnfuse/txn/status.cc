@@ -26,10 +26,7 @@ const char *state_name(int s) {
 std::string TxnManager::status_json() {
   nlohmann::json txns = nlohmann::json::array();
   std::vector<TxnPtr> all;
-  {
-    MutexLock g(mu_);
-    for (auto &[id, t] : by_id_) all.push_back(t);
-  }
+  binding_.for_each([&](const TxnPtr &t) { all.push_back(t); });
   for (auto &t : all) {
     struct txnfs_info i;
     if (info(0, t->id(), &i) != 0) continue;
@@ -46,18 +43,7 @@ std::string TxnManager::status_json() {
                     {"locks_waiting", waiting},
                     {"error", i.error}});
   }
-  uint64_t oldest_ms = 0;
-  {
-    MutexLock g(gc_mu_);
-    auto now = std::chrono::steady_clock::now();
-    const TxnPtr *oldest = !lazy_in_round_.empty() ? &lazy_in_round_.front()
-                           : !lazy_queue_.empty()  ? &lazy_queue_.front()
-                                                   : nullptr;
-    if (oldest)
-      oldest_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                               now - (*oldest)->lazy_since)
-                               .count());
-  }
+  uint64_t oldest_ms = gc_.oldest_lazy_ms();
   nlohmann::json j = {{"transactions", txns},
                       {"counters",
                        {{"commits", commits_.load()},
@@ -70,10 +56,10 @@ std::string TxnManager::status_json() {
                         {"lock_set_timeouts", env_.locks.set_timeouts()},
                         {"recoveries", env_.recoveries},
                         {"lazy_commits", lazy_commits_.load()},
-                        {"lazy_flushes", lazy_flushes_.load()},
+                        {"lazy_flushes", gc_.lazy_flushes()},
                         {"lazy_commits_here", lazy_commits_here_.load()}}},
                       {"lazy",
-                       {{"not_durable", lazy_pending_.load()},
+                       {{"not_durable", gc_.not_durable()},
                         {"oldest_ms", oldest_ms},
                         {"flush_ms", uint64_t(limits.lazy_flush.count())}}}};
   return j.dump();

@@ -1,21 +1,19 @@
-// Transactions: begin, request accounting, commit and abort (finish), unbinding. The
-// other jobs of TxnManager have files of their own: binding (txn_binding.cc), group
-// commit (group_commit.cc), the background threads (background.cc), status (status.cc).
+// Transactions: begin, request accounting, commit and abort (finish). The other jobs of
+// TxnManager have files of their own: the background threads (background.cc), status
+// (status.cc), txns rows (txn_rows.cc), shared mappings (txn_writers.cc); and classes of
+// their own, which it owns: the binding (TxnBinding, txn_binding.h) and group commit
+// with the lazy queue (GroupCommit, group_commit.h).
 #include "txnfuse/txn/txn.h"
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
-#include <system_error>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -38,33 +36,16 @@ Txn::~Txn() {
   if (pidfd >= 0) ::close(pidfd);
 }
 
-TxnManager::TxnManager(TxnEnv &env) : env_(env) {}
+TxnManager::TxnManager(TxnEnv &env)
+    : env_(env), gc_(env, limits, [this](Txn &t) { after_durable(t); }) {}
 
 TxnManager::~TxnManager() { stop(); }
 
 void TxnManager::start() {
-  {
-    // Lazy commits number on from the durable mark: a marker at or below it would count
-    // as durable after a crash (set_lazy_durable).
-    uint64_t mark = lazy_durable_upto(env_.backups_fd);
-    MutexLock g(gc_mu_);
-    commit_seq_ = mark;
-    // Tests: lazy commits get commit records, as where the mark is refused.
-    if (const char *v = std::getenv("TXNFS_TEST_LAZY_RECORDS"); v && *v == '1')
-      lazy_mark_ok_ = false;
-  }
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (wake_fd_ < 0 || epoll_fd_ < 0)
-    throw std::system_error(errno, std::generic_category(), "the owner reaper's epoll set");
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = 0;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0)
-    throw std::system_error(errno, std::generic_category(), "the owner reaper's epoll set");
+  binding_.open_watch();
   reaper_ = std::thread([this] { reaper_loop(); });
   cleaner_ = std::thread([this] { cleaner_loop(); });
-  flusher_ = std::thread([this] { flusher_loop(); });
+  gc_.start();  // the flusher
   mirror_ = std::make_unique<StepMirror>(*env_.db, [this] {
     mirror_rows();
     try {
@@ -78,26 +59,14 @@ void TxnManager::start() {
 
 void TxnManager::stop() {
   if (stopping_.exchange(true)) return;
-  if (wake_fd_ >= 0) {
-    uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
-  }
-  { MutexLock g(gc_mu_); }  // the flusher is waiting, or will see stopping_
-  flush_cv_.notify_all();
-  if (flusher_.joinable()) flusher_.join();  // it makes every lazy commit durable first
+  binding_.wake();
+  gc_.stop();  // the flusher makes every lazy commit durable first
   { MutexLock g(clean_mu_); }  // the cleaner is waiting, or will see stopping_
   clean_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
-  if (epoll_fd_ >= 0) ::close(epoll_fd_);
-  epoll_fd_ = -1;
+  binding_.close_watch();
   if (cleaner_.joinable()) cleaner_.join();
   if (mirror_) mirror_->stop();
-}
-
-TxnPtr TxnManager::find(uint64_t id) {
-  MutexLock g(mu_);
-  auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : it->second;
 }
 
 int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, uint64_t *id) {
@@ -126,28 +95,9 @@ int TxnManager::begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, ui
   auto t = std::make_shared<Txn>(txid, uid, owner, flags);
   t->pidfd = pidfd;
   t->mirror = mirror_.get();
-  {
-    MutexLock g(mu_);
-    if ((process ? by_process_.count(owner) : by_thread_.count(owner)) != 0)
-      return EBUSY;  // (~Txn closes the pidfd)
-    // The reaper watches the owner from now on (unbind stops it, also under mu_).
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = txid;
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pidfd, &ev) != 0) {
-      int err = errno;
-      spdlog::error("begin: watching owner {}: {}", owner, std::strerror(err));
-      return err;
-    }
-    by_id_[txid] = t;
-    (process ? by_process_ : by_thread_)[owner] = t;
-    if (process) {
-      ++epoch_;
-      proc_cache_.clear();
-    }
-  }
-  // (seq_cst: op_opendir marks a directory, then asks any_open(); see commit_here)
-  open_count_.fetch_add(1, std::memory_order_seq_cst);
+  // The reaper watches the owner from now on (unbind stops it). EBUSY: (~Txn closes
+  // the pidfd).
+  if (int err = binding_.bind(t)) return err;
   *id = txid;
   return 0;
 }
@@ -278,7 +228,7 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
     // A durable commit that changed nothing still promises that everything it could see
     // is durable: the lazy commits before it become durable first.
     if (!log) err = lazy ? 0 : before_plain_change();
-    else err = lazy ? lazy_commit(t) : durable_commit(*t);
+    else err = lazy ? gc_.lazy_commit(t) : gc_.durable_commit(*t);
     if (err) {
       spdlog::error("transaction {}: commit failed ({}); rolling back", t->id(),
                     std::strerror(err));
@@ -372,13 +322,13 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
     }
     env_.cache->flush();
   }
-  unbind(*t);
+  binding_.unbind(*t);
   return err;
 }
 
 void TxnManager::end_later(Txn &t) {
   env_.cache->flush();
-  unbind(t);
+  binding_.unbind(t);
 }
 
 // Each object and each name once: a transaction that made thousands of files in one
@@ -488,30 +438,12 @@ void TxnManager::after_durable(Txn &t) {
   }
   // Nothing to discard: the record goes with the next group-commit round (or the
   // cleaner's, kForgetDelay from now), not in a SQLite write of its own.
-  {
-    MutexLock g(gc_mu_);
-    forget_now_.push_back(t.id());
-  }
+  gc_.forget_now(t.id());
   MutexLock g(clean_mu_);
   if (!forget_armed_) {
     forget_wake_ = true;
     clean_cv_.notify_one();
   }
-}
-
-void TxnManager::unbind(Txn &t) {
-  {
-    MutexLock g(mu_);
-    by_id_.erase(t.id());
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, t.pidfd, nullptr);
-    auto &m = t.process_bound() ? by_process_ : by_thread_;
-    if (auto it = m.find(t.pid); it != m.end() && it->second.get() == &t) m.erase(it);
-    if (t.process_bound()) {
-      ++epoch_;
-      proc_cache_.clear();
-    }
-  }
-  open_count_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 }  // namespace txnfs

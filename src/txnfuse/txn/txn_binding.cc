@@ -1,15 +1,112 @@
-// Binding: which open transaction a request from a thread belongs to (TxnManager::bound).
-// A thread-bound transaction is found by the thread id; a process-bound one by walking
-// the thread's ancestry in /proc, cached per epoch (the epoch bumps whenever the set of
-// process-bound transactions changes, so a cached answer is never stale).
+// TxnBinding (txn_binding.h): which open transaction a request from a thread belongs
+// to, and the reaper's watch on the owners of open transactions.
+#include "txnfuse/txn/txn_binding.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "txnfuse/txn/proc.h"
-#include "txnfuse/txn/txn.h"
 
 namespace txnfs {
 
-TxnPtr TxnManager::bound(pid_t tid) {
+void TxnBinding::open_watch() {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (wake_fd_ < 0 || epoll_fd_ < 0)
+    throw std::system_error(errno, std::generic_category(), "the owner reaper's epoll set");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 0;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0)
+    throw std::system_error(errno, std::generic_category(), "the owner reaper's epoll set");
+}
+
+void TxnBinding::wake() {
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+  }
+}
+
+void TxnBinding::close_watch() {
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  epoll_fd_ = -1;
+}
+
+std::vector<uint64_t> TxnBinding::exited(int timeout_ms) {
+  std::vector<uint64_t> ids;
+  epoll_event evs[64];
+  int n = ::epoll_wait(epoll_fd_, evs, 64, timeout_ms);
+  for (int k = 0; k < n; k++) {
+    uint64_t id = evs[k].data.u64;
+    if (id == 0) {  // wake_fd_: stopping
+      uint64_t v;
+      [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
+      continue;
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+TxnPtr TxnBinding::find(uint64_t id) {
+  MutexLock g(mu_);
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+int TxnBinding::bind(const TxnPtr &t) {
+  bool process = t->process_bound();
+  pid_t owner = t->pid;
+  {
+    MutexLock g(mu_);
+    if ((process ? by_process_.count(owner) : by_thread_.count(owner)) != 0)
+      return EBUSY;
+    // The reaper watches the owner from now on (unbind stops it, also under mu_).
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = t->id();
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, t->pidfd, &ev) != 0) {
+      int err = errno;
+      spdlog::error("begin: watching owner {}: {}", owner, std::strerror(err));
+      return err;
+    }
+    by_id_[t->id()] = t;
+    (process ? by_process_ : by_thread_)[owner] = t;
+    if (process) {
+      ++epoch_;
+      proc_cache_.clear();
+    }
+  }
+  // (seq_cst: op_opendir marks a directory, then asks any_open(); see commit_here)
+  open_count_.fetch_add(1, std::memory_order_seq_cst);
+  return 0;
+}
+
+void TxnBinding::unbind(Txn &t) {
+  {
+    MutexLock g(mu_);
+    by_id_.erase(t.id());
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, t.pidfd, nullptr);
+    auto &m = t.process_bound() ? by_process_ : by_thread_;
+    if (auto it = m.find(t.pid); it != m.end() && it->second.get() == &t) m.erase(it);
+    if (t.process_bound()) {
+      ++epoch_;
+      proc_cache_.clear();
+    }
+  }
+  open_count_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+TxnPtr TxnBinding::bound(pid_t tid) {
   if (!any_open() || tid <= 0) return nullptr;
   {
     MutexLock g(mu_);
@@ -22,8 +119,8 @@ TxnPtr TxnManager::bound(pid_t tid) {
 }
 
 // Is `tid` in a bound process or one of its descendants? Reads /proc without
-// holding the manager's mutex, then caches the answer for this epoch.
-TxnPtr TxnManager::lookup_process(pid_t tid) {
+// holding the mutex, then caches the answer for this epoch.
+TxnPtr TxnBinding::lookup_process(pid_t tid) {
   std::vector<pid_t> chain;
   auto [tgid, ppid] = tgid_ppid(tid);
   if (tgid) chain.push_back(tgid);

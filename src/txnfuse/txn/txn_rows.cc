@@ -33,17 +33,12 @@ MetaDb::TxnRow txn_row(const Txn &t) {
 
 void TxnManager::mirror_rows() {
   std::vector<TxnPtr> todo;
-  {
-    MutexLock g(mu_);
-    for (auto &[id, t] : by_id_)
-      if (t->row_state.load() == Txn::kNoRow) todo.push_back(t);
-  }
-  {
-    MutexLock g(gc_mu_);
-    for (auto *q : {&lazy_queue_, &lazy_in_round_})
-      for (auto &t : *q)
-        if (t->row_state.load() != Txn::kLazyRow) todo.push_back(t);
-  }
+  binding_.for_each([&](const TxnPtr &t) {
+    if (t->row_state.load() == Txn::kNoRow) todo.push_back(t);
+  });
+  gc_.for_each_lazy([&](const TxnPtr &t) {
+    if (t->row_state.load() != Txn::kLazyRow) todo.push_back(t);
+  });
   if (todo.empty()) return;
   std::vector<std::pair<Txn *, int>> written;  // and the state before
   try {
