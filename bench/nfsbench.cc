@@ -58,8 +58,8 @@ struct Options {
   uint32_t dirs = 70;
   bool stable = false;
   uint32_t max_retries = 1000;
-  uint32_t max_ops = 16384;  // what the server really accepts (it may grant more)
-  uint32_t max_request = 1 << 20;   // what CREATE_SESSION asks for
+  uint32_t max_ops = 16384;        // what the server really accepts (it may grant more)
+  uint32_t max_request = 1 << 20;  // what CREATE_SESSION asks for
   uint32_t max_response = 1 << 20;
 };
 
@@ -181,17 +181,17 @@ Tally write_files(nfs::Client &cl, const Options &o, uint32_t client) {
   wo.stable = o.stable;
   // --per is a cap: a server that accepts fewer operations (Debian's Ganesha: 100) gets
   // as many as fit; the JSON's files_per_compound says what was sent.
-  size_t per = fitting(cl, o, o.per ? o.per : o.files, [&](nfs::Compound &c, size_t i) {
-    c.write(paths[i], data[i], wo);
-  });
+  size_t per = fitting(cl, o, o.per ? o.per : o.files,
+                       [&](nfs::Compound &c, size_t i) { c.write(paths[i], data[i], wo); });
   {
     nfs::Compound one(cl);
     one.write(paths[0], data[0], wo);
     nfs::Fit f = one.fit(o.tag);
     if (!f.fits)
-      fail(fmt::format("one file of {} bytes does not fit one COMPOUND ({} bytes, the session "
-                       "allows {}; raise --max-request)",
-                       o.size, f.request_bytes, f.max_request));
+      fail(
+          fmt::format("one file of {} bytes does not fit one COMPOUND ({} bytes, the session "
+                      "allows {}; raise --max-request)",
+                      o.size, f.request_bytes, f.max_request));
   }
   for (size_t i = 0; i < paths.size(); i += per) {
     bench::check_interrupt();
@@ -213,9 +213,10 @@ Tally read_files(nfs::Client &cl, const Options &o, uint32_t client) {
   // (txnfs-nfs reads from offset 0 only): raise --max-response.
   size_t limit = cl.limits().max_response;
   if (o.size + 1024 > limit)
-    fail(fmt::format("read: a file of {} bytes does not fit the maximum response of {} "
-                     "bytes; raise --max-response",
-                     o.size, limit));
+    fail(
+        fmt::format("read: a file of {} bytes does not fit the maximum response of {} "
+                    "bytes; raise --max-response",
+                    o.size, limit));
   size_t fit_n = std::max<size_t>(1, (limit - 512) / (o.size + 400));
   size_t per = o.per ? std::min<size_t>(o.per, fit_n) : fit_n;
   per = std::min<size_t>({per, o.files, std::max<uint32_t>(1, cl.limits().max_operations / 8)});
@@ -258,9 +259,11 @@ Tally tree_create(nfs::Client &cl, const Options &o) {
   {
     std::vector<std::string> dirs = tr.dirs;
     dirs.insert(dirs.begin(), o.dir + "/src");  // parents come first
-    size_t per = fitting(cl, o, dirs.size(), [&](nfs::Compound &c, size_t i) { c.mkdir(dirs[i], 0755); });
-    send_chunked(cl, o, t, dirs.size(), per, [&](nfs::Compound &c, size_t i) { c.mkdir(dirs[i], 0755); },
-                 "mkdir");
+    size_t per =
+        fitting(cl, o, dirs.size(), [&](nfs::Compound &c, size_t i) { c.mkdir(dirs[i], 0755); });
+    send_chunked(
+        cl, o, t, dirs.size(), per, [&](nfs::Compound &c, size_t i) { c.mkdir(dirs[i], 0755); },
+        "mkdir");
   }
   std::string data = content(1 << 20, 99);
   size_t i = 0;
@@ -270,7 +273,8 @@ Tally tree_create(nfs::Client &cl, const Options &o) {
     size_t n = 0;
     uint64_t bytes = 0;
     // Greedy: add files while the estimate stays under the limit, then check exactly.
-    while (i + n < tr.files.size() && bytes + tr.files[i + n].second + 300 < cl.limits().max_request - 4096 &&
+    while (i + n < tr.files.size() &&
+           bytes + tr.files[i + n].second + 300 < cl.limits().max_request - 4096 &&
            c.nfs_ops() + 8 < cl.limits().max_operations) {
       auto &[p, s] = tr.files[i + n];
       c.write(p, std::string_view(data).substr(0, s));
@@ -303,9 +307,11 @@ Tally tree_list(nfs::Client &cl, const Options &o) {
     std::vector<std::string> paths;
     for (auto &n : r.ops[0].names) paths.push_back(d + "/" + n);
     if (!paths.empty()) {
-      size_t per = fitting(cl, o, paths.size(), [&](nfs::Compound &c, size_t i) { c.getattr(paths[i]); });
-      send_chunked(cl, o, t, paths.size(), per, [&](nfs::Compound &c, size_t i) { c.getattr(paths[i]); },
-                   "getattr");
+      size_t per =
+          fitting(cl, o, paths.size(), [&](nfs::Compound &c, size_t i) { c.getattr(paths[i]); });
+      send_chunked(
+          cl, o, t, paths.size(), per, [&](nfs::Compound &c, size_t i) { c.getattr(paths[i]); },
+          "getattr");
     }
     t.files += paths.size();
   }
@@ -315,17 +321,17 @@ Tally tree_list(nfs::Client &cl, const Options &o) {
 Tally tree_remove(nfs::Client &cl, const Options &o) {
   Tally t;
   Tree tr = make_tree(o);
-  size_t per = fitting(cl, o, tr.files.size(), [&](nfs::Compound &c, size_t i) {
-    c.remove(tr.files[i].first);
-  });
-  send_chunked(cl, o, t, tr.files.size(), per,
-               [&](nfs::Compound &c, size_t i) { c.remove(tr.files[i].first); }, "remove");
+  size_t per = fitting(cl, o, tr.files.size(),
+                       [&](nfs::Compound &c, size_t i) { c.remove(tr.files[i].first); });
+  send_chunked(
+      cl, o, t, tr.files.size(), per,
+      [&](nfs::Compound &c, size_t i) { c.remove(tr.files[i].first); }, "remove");
   t.files += tr.files.size();
   std::vector<std::string> dirs(tr.dirs.rbegin(), tr.dirs.rend());  // children first
   dirs.push_back(o.dir + "/src");
   size_t dper = fitting(cl, o, dirs.size(), [&](nfs::Compound &c, size_t i) { c.remove(dirs[i]); });
-  send_chunked(cl, o, t, dirs.size(), dper, [&](nfs::Compound &c, size_t i) { c.remove(dirs[i]); },
-               "rmdir");
+  send_chunked(
+      cl, o, t, dirs.size(), dper, [&](nfs::Compound &c, size_t i) { c.remove(dirs[i]); }, "rmdir");
   return t;
 }
 
@@ -358,7 +364,8 @@ int main(int argc, char **argv) {
       ->check(CLI::Range(0, 100));
   app.add_option("--dirs", o.dirs, "tree: directories");
   app.add_flag("--stable", o.stable, "FILE_SYNC4 writes");
-  app.add_option("--max-retries", o.max_retries, "NFS4ERR_DELAY retries per COMPOUND (default 1000)");
+  app.add_option("--max-retries", o.max_retries,
+                 "NFS4ERR_DELAY retries per COMPOUND (default 1000)");
   app.add_option("--max-request", o.max_request,
                  "bytes of a COMPOUND call to ask CREATE_SESSION for (default 1 MiB)");
   app.add_option("--max-response", o.max_response,

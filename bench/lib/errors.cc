@@ -15,7 +15,8 @@ void sys_fail(const std::string &what, const std::string &path) {
   throw std::system_error(e, std::generic_category(), fmt::format("{} {}", what, path));
 }
 
-int exit_status_of(std::string_view prog, std::string_view on_interrupt, const std::function<int()> &body) {
+int exit_status_of(std::string_view prog, std::string_view on_interrupt,
+                   const std::function<int()> &body) {
   try {
     return body();
   } catch (const Interrupted &) {

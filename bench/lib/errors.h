@@ -13,6 +13,7 @@ namespace bench {
 
 // Runs BODY and returns what it returns. Interrupted becomes 130 after the line
 // "PROG: ON_INTERRUPT" on stderr, any other exception 1 after "PROG: error: WHAT".
-int exit_status_of(std::string_view prog, std::string_view on_interrupt, const std::function<int()> &body);
+int exit_status_of(std::string_view prog, std::string_view on_interrupt,
+                   const std::function<int()> &body);
 
 }  // namespace bench

@@ -23,6 +23,7 @@ inline bool is_dot_or_dotdot(const char *name) {
 
 // Writes P[0, N) to FD, at offset OFF with pwrite() when POSITIONAL, else with write()
 // at the file offset; retries short writes and EINTR; throws naming WHAT on an error.
-void write_all(int fd, const char *p, size_t n, uint64_t off, bool positional, const std::string &what);
+void write_all(int fd, const char *p, size_t n, uint64_t off, bool positional,
+               const std::string &what);
 
 }  // namespace bench

@@ -12,7 +12,8 @@ namespace txnbench {
 pid_t spawn(const std::vector<std::string> &argv, const std::string &out, const std::string &err);
 
 // Runs ARGV as spawn() starts it; returns its wait status.
-int run_wait(const std::vector<std::string> &argv, const std::string &out = "", const std::string &err = "");
+int run_wait(const std::vector<std::string> &argv, const std::string &out = "",
+             const std::string &err = "");
 
 // Sends SIGINT to the child PID (a tracer: it writes its results then) and waits until it has exited.
 void interrupt_child(pid_t pid);

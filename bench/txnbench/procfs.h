@@ -9,7 +9,7 @@ namespace txnbench {
 
 // VmRSS, VmHWM (KiB) and Threads of /proc/PID/status.
 struct ProcMem {
-    uint64_t rss_kib = 0, hwm_kib = 0, threads = 0;
+  uint64_t rss_kib = 0, hwm_kib = 0, threads = 0;
 };
 
 // The ProcMem of PID; zeroes for what cannot be read.

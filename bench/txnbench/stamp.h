@@ -9,10 +9,11 @@ namespace txnbench {
 
 // What the wrapper writes to its OUT file, one line: "T_EXIT T_COUNTED STEPS OBJECTS STATUS".
 struct Stamp {
-    double t_exit = 0;     // CLOCK_MONOTONIC when the command exited
-    double t_counted = 0;  // ... and when the undo log was counted (a window left out of every result)
-    unsigned long long steps = 0, objects = 0;  // the undo log: symlinks (undo steps), other entries
-    int status = 0;                             // the command's wait status
+  double t_exit = 0;  // CLOCK_MONOTONIC when the command exited
+  double t_counted =
+      0;  // ... and when the undo log was counted (a window left out of every result)
+  unsigned long long steps = 0, objects = 0;  // the undo log: symlinks (undo steps), other entries
+  int status = 0;                             // the command's wait status
 };
 
 // Writes S to PATH; nothing when PATH cannot be opened (read_stamp() then fails).

@@ -8,16 +8,16 @@ namespace txnbench {
 
 // What to generate (the options --tree-files, --tree-dirs, --tree-mean-kib, --seed).
 struct TreeSpec {
-    uint64_t files = 10000;
-    uint64_t dirs = 700;
-    double mean_kib = 15;
-    uint64_t seed = 42;
+  uint64_t files = 10000;
+  uint64_t dirs = 700;
+  double mean_kib = 15;
+  uint64_t seed = 42;
 };
 
 // What a tree holds: its files and directories, the files' bytes; generated trees also
 // the empty files, the largest and the median size, the depth.
 struct TreeStats {
-    uint64_t files = 0, dirs = 0, bytes = 0, empty = 0, max = 0, median = 0, max_depth = 0;
+  uint64_t files = 0, dirs = 0, bytes = 0, empty = 0, max = 0, median = 0, max_depth = 0;
 };
 
 // Files and directories below DIR as tar_extract counts an extraction (symbolic links

@@ -12,9 +12,9 @@
 #define TXNFS_IOC_MAGIC 0xB7
 
 struct txnfs_ioc_begin {
-  uint32_t flags;   // in: enum txnfs_flags
-  int32_t pid;      // in: process to bind with TXNFS_BIND_PROCESS (0: caller's)
-  uint64_t id;      // out
+  uint32_t flags;  // in: enum txnfs_flags
+  int32_t pid;     // in: process to bind with TXNFS_BIND_PROCESS (0: caller's)
+  uint64_t id;     // out
 };
 
 // BEGIN2: begin with a per-transaction lock timeout (txnfs_begin2), one request.
@@ -72,8 +72,8 @@ struct txnfs_ioc_status {
 struct txnfs_ioc_lock_set {
   uint64_t id;
   uint32_t timeout_ms;
-  uint32_t flags;  // TXNFS_LOCK_SET_*
-  uint32_t len;    // bytes of data used
+  uint32_t flags;     // TXNFS_LOCK_SET_*
+  uint32_t len;       // bytes of data used
   uint32_t reserved;  // 0
   uint8_t data[16352];
 };

@@ -96,16 +96,14 @@ int txnfs_status_json(const char *mount_path, char *buf, size_t len);
  * identifies only the mount: a transaction is still bound to the calling thread or
  * process. -EBADF for a negative fd. */
 int txnfs_begin_fd(int fd, unsigned flags, pid_t pid, txnfs_id_t *id);
-int txnfs_begin2_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
-                   txnfs_id_t *id);
+int txnfs_begin2_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms, txnfs_id_t *id);
 int txnfs_commit_fd(int fd, txnfs_id_t id);
 int txnfs_commit2_fd(int fd, txnfs_id_t id, unsigned flags);
 int txnfs_sync_fd(int fd);
 int txnfs_abort_fd(int fd, txnfs_id_t id);
 int txnfs_info_fd(int fd, txnfs_id_t id, struct txnfs_info *info);
 int txnfs_set_lock_timeout_fd(int fd, txnfs_id_t id, uint32_t ms);
-int txnfs_lock_set_fd(int fd, txnfs_id_t id, const void *records, size_t len,
-                      uint32_t timeout_ms);
+int txnfs_lock_set_fd(int fd, txnfs_id_t id, const void *records, size_t len, uint32_t timeout_ms);
 int txnfs_begin3_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
                     const void *records, size_t len, uint32_t set_timeout_ms, txnfs_id_t *id,
                     int *set_err);

@@ -39,14 +39,14 @@ enum txnfs_state {
 
 struct txnfs_info {
   txnfs_id_t id;
-  uint32_t state;        /* enum txnfs_state */
+  uint32_t state; /* enum txnfs_state */
   uint32_t owner_uid;
   int32_t pid;           /* bound thread or process */
   uint32_t flags;        /* enum txnfs_flags */
   uint64_t ops;          /* operations performed in the transaction */
   uint64_t backup_bytes; /* bytes of data backed up for undo */
   uint64_t age_ms;
-  int32_t error;         /* errno that made it abort-only, else 0 */
+  int32_t error; /* errno that made it abort-only, else 0 */
   uint32_t reserved;
 };
 
@@ -62,7 +62,11 @@ enum txnfs_lock_rec_kind {
  * a directory, S on anything else (docs/isolation.md); the daemon decides when it resolves
  * the reference, so a caller need not know the object's type. */
 enum txnfs_lock_mode {
-  TXNFS_LOCK_IS = 0, TXNFS_LOCK_IX = 1, TXNFS_LOCK_S = 2, TXNFS_LOCK_X = 3, TXNFS_LOCK_ATTRS = 4
+  TXNFS_LOCK_IS = 0,
+  TXNFS_LOCK_IX = 1,
+  TXNFS_LOCK_S = 2,
+  TXNFS_LOCK_X = 3,
+  TXNFS_LOCK_ATTRS = 4
 };
 struct txnfs_lock_rec {
   uint8_t kind;      /* enum txnfs_lock_rec_kind */

@@ -55,17 +55,16 @@ static int begin_args(unsigned flags, pid_t pid, const txnfs_id_t *id) {
 }
 
 int txnfs_begin_fd(int fd, unsigned flags, pid_t pid, txnfs_id_t *id) {
-  struct txnfs_ioc_begin arg = {.flags = flags, .pid = (int32_t)pid};  /* no padding */
+  struct txnfs_ioc_begin arg = {.flags = flags, .pid = (int32_t)pid}; /* no padding */
   int rc = begin_args(flags, pid, id);
   if (rc == 0) rc = control(fd, TXNFS_IOC_BEGIN, &arg);
   if (rc == 0) *id = arg.id;
   return rc;
 }
 
-int txnfs_begin2_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
-                   txnfs_id_t *id) {
+int txnfs_begin2_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms, txnfs_id_t *id) {
   struct txnfs_ioc_begin2 arg = {
-      .flags = flags, .pid = (int32_t)pid, .lock_timeout_ms = lock_timeout_ms};  /* no padding */
+      .flags = flags, .pid = (int32_t)pid, .lock_timeout_ms = lock_timeout_ms}; /* no padding */
   int rc = begin_args(flags, pid, id);
   if (rc == 0) rc = control(fd, TXNFS_IOC_BEGIN2, &arg);
   if (rc == 0) *id = arg.id;
@@ -121,8 +120,7 @@ static size_t lock_rec_size(const uint8_t *p, size_t left) {
   return n <= left ? n : 0;
 }
 
-int txnfs_lock_set_fd(int fd, txnfs_id_t id, const void *records, size_t len,
-                   uint32_t timeout_ms) {
+int txnfs_lock_set_fd(int fd, txnfs_id_t id, const void *records, size_t len, uint32_t timeout_ms) {
   if (records == NULL && len != 0) return -EINVAL;
   struct txnfs_ioc_lock_set *arg = calloc(1, sizeof *arg); /* 16 KiB: not on the stack */
   if (arg == NULL) return -ENOMEM;
@@ -186,7 +184,7 @@ int txnfs_begin3_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
       *set_err = -arg->set_err;
     }
     free(arg);
-    if (rc != -ENOTTY) return rc;  /* a daemon without BEGIN3: two requests, as below */
+    if (rc != -ENOTTY) return rc; /* a daemon without BEGIN3: two requests, as below */
   }
   rc = txnfs_begin2_fd(fd, flags, pid, lock_timeout_ms, id);
   if (rc == 0) *set_err = txnfs_lock_set_fd(fd, *id, records, len, set_timeout_ms);

@@ -33,13 +33,13 @@ namespace txnfs {
 namespace {
 
 struct Object {
-  std::string path;     // relative to the tree, "/" for its root
+  std::string path;  // relative to the tree, "/" for its root
   mode_t mode;
   uint64_t parent_ino;  // directory of the first name found (0 for the root)
   std::string name;     // that name
   dev_t rdev = 0;
   nlink_t nlink = 0;
-  uint32_t names = 0;   // names found in the tree
+  uint32_t names = 0;  // names found in the tree
 };
 
 using Objects = std::unordered_map<uint64_t, Object>;
@@ -76,8 +76,7 @@ void walk(int dirfd, const std::string &path, uint64_t dir_ino, Objects &out,
     it->second.nlink = st.st_nlink;
     it->second.names++;
     if (S_ISDIR(st.st_mode)) {
-      UniqueFd sub(
-          ::openat(::dirfd(d), e->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      UniqueFd sub(::openat(::dirfd(d), e->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (sub) walk(sub.get(), child, st.st_ino, out, problems);
     }
   }
@@ -87,13 +86,20 @@ void walk(int dirfd, const std::string &path, uint64_t dir_ino, Objects &out,
 // What an object is, for messages. A whiteout (RENAME_WHITEOUT) is a 0:0 char device.
 std::string kind_of(const Object &o) {
   switch (o.mode & S_IFMT) {
-    case S_IFREG: return "file";
-    case S_IFDIR: return "directory";
-    case S_IFLNK: return "symlink";
-    case S_IFCHR: return o.rdev == 0 ? "whiteout" : "char device";
-    case S_IFBLK: return "block device";
-    case S_IFIFO: return "fifo";
-    case S_IFSOCK: return "socket";
+    case S_IFREG:
+      return "file";
+    case S_IFDIR:
+      return "directory";
+    case S_IFLNK:
+      return "symlink";
+    case S_IFCHR:
+      return o.rdev == 0 ? "whiteout" : "char device";
+    case S_IFBLK:
+      return "block device";
+    case S_IFIFO:
+      return "fifo";
+    case S_IFSOCK:
+      return "socket";
   }
   return "object";
 }
@@ -152,9 +158,10 @@ struct Checker {
     ::fstatat(found.get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
     found.reset();
     if (id.ino != r.ino || id.generation != r.generation || nodeid_of(id.ino) != r.nodeid) {
-      v.problems.push_back(fmt::format("{}: handle leads to inode {} generation {}, row says "
-                                       "inode {} generation {}",
-                                       describe(r), id.ino, id.generation, r.ino, r.generation));
+      v.problems.push_back(
+          fmt::format("{}: handle leads to inode {} generation {}, row says "
+                      "inode {} generation {}",
+                      describe(r), id.ino, id.generation, r.ino, r.generation));
       v.fix = Fix::Delete;
     }
     if ((st.st_mode & S_IFMT) != r.type) {
@@ -183,13 +190,13 @@ struct Checker {
           there = fmt::format("{} does not exist", at);
         else if (nst.st_ino != id.ino)
           there = fmt::format("{} is another object (inode {})", at, nst.st_ino);
-        else
-          ok = true;
+        else ok = true;
       }
       if (!ok) {
-        v.problems.push_back(fmt::format("{}: its name does not lead to it: {}; the object is "
-                                         "at {}",
-                                         describe(r), there, obj->second.path));
+        v.problems.push_back(
+            fmt::format("{}: its name does not lead to it: {}; the object is "
+                        "at {}",
+                        describe(r), there, obj->second.path));
         if (v.fix == Fix::None) v.fix = Fix::Rename;
       }
     }
@@ -260,10 +267,10 @@ bool served(const StorePaths &paths) {
 // handle table's stale mark.
 void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) {
   if (auto why = handles_stale_reason(paths))
-    rep.problems.push_back(fmt::format(
-        "the handle table is marked for reconciling ({}): recovery reconciles it "
-        "(txnfs recover STORE, or the next mount)",
-        *why));
+    rep.problems.push_back(
+        fmt::format("the handle table is marked for reconciling ({}): recovery reconciles it "
+                    "(txnfs recover STORE, or the next mount)",
+                    *why));
   std::map<uint64_t, std::string> txns;
   for (auto &[id, state] : db.all_txns()) txns[id] = state;
   std::unordered_set<uint64_t> logs;
@@ -288,11 +295,12 @@ void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) 
   for (const std::string &n : names) {
     uint64_t id;
     struct stat st;
-    bool log = decimal_name(n, id) && ::fstatat(backups_fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+    bool log = decimal_name(n, id) &&
+               ::fstatat(backups_fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
                S_ISDIR(st.st_mode);
     if (!log) {
-      rep.problems.push_back(
-          fmt::format("backup {}/{} belongs to no transaction (not an undo log)", paths.backups, n));
+      rep.problems.push_back(fmt::format("backup {}/{} belongs to no transaction (not an undo log)",
+                                         paths.backups, n));
       continue;
     }
     logs.insert(id);
@@ -312,10 +320,10 @@ void check_recovery_state(const StorePaths &paths, MetaDb &db, FsckReport &rep) 
           "the mark) is still there: recovery discards it (txnfs recover STORE)",
           paths.backups, n, steps, id));
     else if (t == txns.end())
-      rep.problems.push_back(fmt::format(
-          "undo log {}/{} ({} steps) of unfinished transaction {} (no commit record): "
-          "recovery rolls it back (txnfs recover STORE)",
-          paths.backups, n, steps, id));
+      rep.problems.push_back(
+          fmt::format("undo log {}/{} ({} steps) of unfinished transaction {} (no commit record): "
+                      "recovery rolls it back (txnfs recover STORE)",
+                      paths.backups, n, steps, id));
     else if (t->second == "committed")
       rep.problems.push_back(fmt::format(
           "undo log {}/{} ({} steps) of committed transaction {} is still there: recovery "

@@ -97,10 +97,11 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
     auto now = Clock::now();
     if (!force_line && now - last < std::chrono::seconds(1)) return;
     last = now;
-    opts.progress(fmt::format("recovery: transaction {} ({} of {}): step {} of {}, "
-                              "{:.1f} s",
-                              txid, index + 1, logs.size(), done, total,
-                              std::chrono::duration<double>(now - t0).count()));
+    opts.progress(
+        fmt::format("recovery: transaction {} ({} of {}): step {} of {}, "
+                    "{:.1f} s",
+                    txid, index + 1, logs.size(), done, total,
+                    std::chrono::duration<double>(now - t0).count()));
   };
 
   // Each rollback removes its log, and the handle table is reconciled only at the end:
@@ -118,7 +119,8 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
     records = db.all_txns().size();
   }
 
-  UndoContext ctx{tree.get(), backups.get(), [&](const UndoStep &) {
+  UndoContext ctx{tree.get(), backups.get(),
+                  [&](const UndoStep &) {
                     TXNFS_CRASH_POINT("recover.mid_undo");
                     done++;
                     tick(false);
@@ -169,9 +171,8 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
 
 std::string damaged_dir(const StorePaths &paths) { return paths.internal + "/damaged"; }
 
-std::function<void(uint64_t, const UndoResult &)> damage_keeper(const StorePaths &paths,
-                                                                 MetaDb &db,
-                                                                 std::string source) {
+std::function<void(uint64_t, const UndoResult &)> damage_keeper(const StorePaths &paths, MetaDb &db,
+                                                                std::string source) {
   return [&paths, &db, source](uint64_t txid, const UndoResult &r) {
     std::string dir = damaged_dir(paths);
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw_errno("mkdir " + dir, errno);
@@ -190,8 +191,8 @@ std::function<void(uint64_t, const UndoResult &)> damage_keeper(const StorePaths
 
 std::string describe_damage(const StorePaths &paths, const DamageRow &d) {
   std::string s = d.txid ? fmt::format("transaction {}", *d.txid) : std::string("store");
-  s += fmt::format(" ({}, {}): {}", d.source == "abort" ? "abort in the daemon" : d.source,
-                   d.found, d.problem);
+  s += fmt::format(" ({}, {}): {}", d.source == "abort" ? "abort in the daemon" : d.source, d.found,
+                   d.problem);
   if (d.kept.empty()) return s;
   s += fmt::format("; its undo log is kept in {}/{}", paths.root, d.kept);
   // "step <seq> (...)": what that step had saved or stashed, if it is still there.
@@ -199,8 +200,7 @@ std::string describe_damage(const StorePaths &paths, const DamageRow &d) {
   if (p.starts_with("step ") && p.size() >= 21) {
     std::string obj = fmt::format("{}/{}/{}.d", paths.root, d.kept, p.substr(5, 16));
     struct stat st;
-    if (::lstat(obj.c_str(), &st) == 0)
-      s += fmt::format(" (what that step saved: {})", obj);
+    if (::lstat(obj.c_str(), &st) == 0) s += fmt::format(" (what that step saved: {})", obj);
   }
   return s;
 }

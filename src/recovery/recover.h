@@ -28,10 +28,10 @@ struct RecoveryOptions {
 
 struct RecoveryReport {
   uint64_t rolled_back = 0, discarded = 0, steps_undone = 0, steps = 0, bytes_restored = 0;
-  uint64_t records_forgotten = 0;       // transaction records deleted
-  uint64_t handles_replayed = 0;        // handle rows written from the journal
+  uint64_t records_forgotten = 0;         // transaction records deleted
+  uint64_t handles_replayed = 0;          // handle rows written from the journal
   std::vector<std::string> handle_fixes;  // reconcile_handles() changes
-  std::vector<std::string> problems;    // steps that could not be undone (force)
+  std::vector<std::string> problems;      // steps that could not be undone (force)
   double seconds = 0;
   bool anything() const {
     return rolled_back || discarded || records_forgotten || handles_replayed ||
@@ -53,9 +53,8 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
 // the administrator instead of being deleted with the log. `source` is "recovery" or
 // "abort". The mark is durable before the log leaves backups/: a crash in between
 // leaves the log, and the next recovery runs it (and records its problems) again.
-std::function<void(uint64_t, const UndoResult &)> damage_keeper(const StorePaths &paths,
-                                                                 MetaDb &db,
-                                                                 std::string source);
+std::function<void(uint64_t, const UndoResult &)> damage_keeper(const StorePaths &paths, MetaDb &db,
+                                                                std::string source);
 
 // STORE/.txnfs/damaged: where damage_keeper() keeps the logs of incomplete rollbacks.
 std::string damaged_dir(const StorePaths &paths);

@@ -15,8 +15,8 @@ namespace txnfs {
 namespace {
 
 // Generic Linux fid types (include/linux/exportfs.h) that XFS and ext4 produce.
-constexpr int kFileIdIno32Gen = 0x01;    // u32 ino, u32 gen
-constexpr int kXfsFileIdIno64Gen = 0x81; // u64 ino, u32 gen (XFS with 64-bit inodes)
+constexpr int kFileIdIno32Gen = 0x01;     // u32 ino, u32 gen
+constexpr int kXfsFileIdIno64Gen = 0x81;  // u64 ino, u32 gen (XFS with 64-bit inodes)
 
 uint32_t load32(const unsigned char *p) {
   uint32_t v;

@@ -33,8 +33,7 @@ inline constexpr Point kPoints[] = {
      "undo_log.cc, backup_range / snapshot_xattrs: the data object `<seq>.d` is written, its "
      "record not yet",
      "a data object without a record: undo ignores it, removal of the log takes it"},
-    {"undo.after_record",
-     "undo_log.cc, every record written, before the change it protects",
+    {"undo.after_record", "undo_log.cc, every record written, before the change it protects",
      "a step whose change never happened: its undo must change nothing"},
     {"undo.after_stash",
      "undo_log.cc, stash: a removed or displaced object was renamed into the log",
@@ -130,9 +129,9 @@ void disarm();
 
 }  // namespace txnfs::crash
 
-#define TXNFS_CRASH_POINT(name)                                              \
-  do {                                                                       \
-    constexpr int txnfs_crash_index_ = ::txnfs::crash::index_of(name);       \
-    if (__builtin_expect(::txnfs::crash::armed == txnfs_crash_index_, 0))    \
-      ::txnfs::crash::reached(txnfs_crash_index_);                           \
+#define TXNFS_CRASH_POINT(name)                                           \
+  do {                                                                    \
+    constexpr int txnfs_crash_index_ = ::txnfs::crash::index_of(name);    \
+    if (__builtin_expect(::txnfs::crash::armed == txnfs_crash_index_, 0)) \
+      ::txnfs::crash::reached(txnfs_crash_index_);                        \
   } while (0)

@@ -17,9 +17,9 @@ int armed = -1;
 namespace {
 
 std::atomic<long> arrivals{0};
-long first = 0;        // the arrival that fails first (from 1)
-bool onward = false;   // "COUNT+": it and every later one
-int injected = 0;      // EIO or ENOSPC
+long first = 0;       // the arrival that fails first (from 1)
+bool onward = false;  // "COUNT+": it and every later one
+int injected = 0;     // EIO or ENOSPC
 std::string parse_error;
 
 // Parses TXNFS_FAIL_AT=NAME:COUNT[+]:ERRNO and arms the point; "" or what is wrong.
@@ -28,10 +28,10 @@ std::string parse(const std::string &s) {
   auto c2 = s.rfind(':');
   auto c1 = c2 == std::string::npos || c2 == 0 ? std::string::npos : s.rfind(':', c2 - 1);
   if (c1 == std::string::npos)
-    return bad("expected NAME:COUNT:ERRNO (COUNT+ for every arrival from COUNT on; ERRNO "
-               "EIO or ENOSPC)");
-  std::string name = s.substr(0, c1), count = s.substr(c1 + 1, c2 - c1 - 1),
-              err = s.substr(c2 + 1);
+    return bad(
+        "expected NAME:COUNT:ERRNO (COUNT+ for every arrival from COUNT on; ERRNO "
+        "EIO or ENOSPC)");
+  std::string name = s.substr(0, c1), count = s.substr(c1 + 1, c2 - c1 - 1), err = s.substr(c2 + 1);
   if (!count.empty() && count.back() == '+') {
     onward = true;
     count.pop_back();

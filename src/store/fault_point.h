@@ -36,16 +36,14 @@ inline constexpr Point kPoints[] = {
      "old data, the copy of the old xattrs",
      "the write (or xattr change) fails with the errno and changes nothing; the transaction "
      "is doomed; abort restores all"},
-    {"undo.stash",
-     "undo_log.cc, stash: the rename of a removed or displaced object into the log",
+    {"undo.stash", "undo_log.cc, stash: the rename of a removed or displaced object into the log",
      "the removal (or rename over a target) fails with the errno, its record is taken back; "
      "the transaction goes on"},
     {"commit.lazy_marker",
      "undo_log.cc, mark_lazy_commit (from group_commit.cc, lazy_commit): the lazy-commit "
      "marker of the log",
      "the lazy commit fails with EIO and the transaction is rolled back"},
-    {"commit.syncfs",
-     "group_commit.cc, group_commit: the round's syncfs of the tree",
+    {"commit.syncfs", "group_commit.cc, group_commit: the round's syncfs of the tree",
      "the round's durable commits fail with EIO and are rolled back; lazy commits stay "
      "queued for the next round; fsync and sync get EIO"},
     {"commit.durable_mark",

@@ -53,8 +53,8 @@ bool number(std::string_view s, uint64_t &v) {
 std::string encode_handle_line(const HandleChange &c) {
   if (c.removal) return fmt::format("- {}\n", c.row.nodeid);
   const HandleRow &r = c.row;
-  return fmt::format("{} {} {} {} {} {} {} {}\n", r.nodeid, r.generation, r.ino, r.type,
-                     hex(r.fh), r.uuid, r.parent ? std::to_string(*r.parent) : "-",
+  return fmt::format("{} {} {} {} {} {} {} {}\n", r.nodeid, r.generation, r.ino, r.type, hex(r.fh),
+                     r.uuid, r.parent ? std::to_string(*r.parent) : "-",
                      r.parent ? hex(r.name) : "-");
 }
 
@@ -107,7 +107,8 @@ void HandleJournal::append(const HandleChange &change) {
     // A torn line is skipped by the replay (it does not decode); cut it off anyway.
     if (n > 0) {
       struct stat st;
-      if (::fstat(fd_.get(), &st) == 0) [[maybe_unused]] int r = ::ftruncate(fd_.get(), st.st_size - n);
+      if (::fstat(fd_.get(), &st) == 0) [[maybe_unused]]
+        int r = ::ftruncate(fd_.get(), st.st_size - n);
     }
     throw_errno("append to " + path_, err);
   }

@@ -37,11 +37,12 @@ class HandleJournal {
   // Opens (creates) the journal at `path` for appending. Throws Error.
   static std::unique_ptr<HandleJournal> open(const std::string &path);
   void append(const HandleChange &change);  // one write(2); throws Error
-  void clear();                       // throws Error
-  void sync();                        // fdatasync: what was appended survives a power cut
+  void clear();                             // throws Error
+  void sync();                              // fdatasync: what was appended survives a power cut
 
  private:
-  explicit HandleJournal(UniqueFd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {}
+  explicit HandleJournal(UniqueFd fd, std::string path)
+      : fd_(std::move(fd)), path_(std::move(path)) {}
   UniqueFd fd_;
   std::string path_;
 };

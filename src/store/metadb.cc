@@ -32,8 +32,7 @@ namespace {
 std::atomic<uint64_t> fork_epoch{1};
 
 std::string new_uuid() {
-  static const int registered =
-      pthread_atfork(nullptr, nullptr, [] { fork_epoch.fetch_add(1); });
+  static const int registered = pthread_atfork(nullptr, nullptr, [] { fork_epoch.fetch_add(1); });
   (void)registered;
   struct Pool {
     unsigned char bytes[256 * 16];
@@ -119,10 +118,11 @@ MetaDb::~MetaDb() {
   } catch (const std::exception &) {
     // Still in the journal: the next mount's recovery writes them.
   }
-  for (auto s : {get_meta_, set_meta_, get_handle_, put_handle_, del_handle_, set_name_,
-                 clear_name_, all_handles_, count_handles_, open_txn_, commit_txn_, lazy_txn_, del_txn_,
-                 committed_, all_txns_, del_undo_, insert_undo_, orphan_undo_, add_damage_,
-                 open_damage_, accept_damage_, rollback_txn_})
+  for (auto s :
+       {get_meta_,   set_meta_,    get_handle_,    put_handle_,  del_handle_,  set_name_,
+        clear_name_, all_handles_, count_handles_, open_txn_,    commit_txn_,  lazy_txn_,
+        del_txn_,    committed_,   all_txns_,      del_undo_,    insert_undo_, orphan_undo_,
+        add_damage_, open_damage_, accept_damage_, rollback_txn_})
     sqlite3_finalize(s);
   sqlite3_close(db_);
 }
@@ -144,7 +144,8 @@ void MetaDb::upgrade_from(int version) {
     for (const std::string &v : views) exec(fmt::format("DROP VIEW \"{}\"", v).c_str());
     exec(kSchemaSql);
     exec(fmt::format("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', '{}')",
-                     kSchemaVersion).c_str());
+                     kSchemaVersion)
+             .c_str());
     exec("COMMIT");
   } catch (...) {
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -181,8 +182,8 @@ void MetaDb::prepare_all() {
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
   del_handle_ = prep("DELETE FROM handles WHERE nodeid = ?1");
   set_name_ = prep("UPDATE handles SET parent = ?2, name = ?3 WHERE nodeid = ?1");
-  clear_name_ = prep(
-      "UPDATE handles SET parent = NULL, name = NULL WHERE parent = ?1 AND name = ?2");
+  clear_name_ =
+      prep("UPDATE handles SET parent = NULL, name = NULL WHERE parent = ?1 AND name = ?2");
   all_handles_ = prep(
       "SELECT nodeid, generation, uuid, ino, fh, type, parent, name FROM handles "
       "ORDER BY nodeid");
@@ -229,9 +230,8 @@ std::unique_ptr<MetaDb> MetaDb::create(const std::string &path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) throw Error(fmt::format("{} already exists", path));
   sqlite3 *db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   std::unique_ptr<MetaDb> m(new MetaDb(db, path));
   if (rc != SQLITE_OK)
     throw Error(fmt::format("cannot create metadata database {}: {}", path, sqlite3_errstr(rc)));
@@ -276,8 +276,8 @@ std::unique_ptr<MetaDb> MetaDb::open(const std::string &path, bool readonly) {
   }
   bool upgrade = version >= kOldestUpgradable && version < kSchemaVersion;
   if (version != kSchemaVersion && !upgrade)
-    throw Error(fmt::format("metadata database {} has schema version {}, this txnfs knows {}",
-                            path, version, kSchemaVersion),
+    throw Error(fmt::format("metadata database {} has schema version {}, this txnfs knows {}", path,
+                            version, kSchemaVersion),
                 version > kSchemaVersion ? "use the newer txnfs that created it"
                                          : "the database is not a txnfs database or is damaged");
   if (upgrade && readonly)
@@ -429,10 +429,8 @@ void MetaDb::write_handle(const HandleRow &row) {
   Stmt s(*this, put_handle_);
   s.bind(1, int64_t(row.nodeid)).bind(2, int64_t(row.generation)).bind(3, row.uuid);
   s.bind(4, int64_t(row.ino)).bind_blob(5, row.fh).bind(6, int64_t(row.type));
-  if (row.parent)
-    s.bind(7, int64_t(*row.parent)).bind(8, row.name);
-  else
-    s.bind_null(7).bind_null(8);
+  if (row.parent) s.bind(7, int64_t(*row.parent)).bind(8, row.name);
+  else s.bind_null(7).bind_null(8);
   s.step();
 }
 
@@ -472,18 +470,16 @@ void MetaDb::set_handle_name(uint64_t nodeid, std::optional<uint64_t> parent,
   flush_handles();
   Stmt s(*this, set_name_);
   s.bind(1, int64_t(nodeid));
-  if (parent)
-    s.bind(2, int64_t(*parent)).bind(3, name);
-  else
-    s.bind_null(2).bind_null(3);
+  if (parent) s.bind(2, int64_t(*parent)).bind(3, name);
+  else s.bind_null(2).bind_null(3);
   s.step();
 }
 
 void MetaDb::clear_handle_name(uint64_t parent, const std::string &name) {
   RecursiveMutexLock g(mu_);
   if (int e = TXNFS_FAULT("db.handle_name"))
-    throw Error(e, fmt::format("metadata database {}: name {} in {} of a handle row", path_,
-                               name, parent));
+    throw Error(
+        e, fmt::format("metadata database {}: name {} in {} of a handle row", path_, name, parent));
   flush_handles();
   Stmt s(*this, clear_name_);
   s.bind(1, int64_t(parent)).bind(2, name);
@@ -533,8 +529,9 @@ uint64_t MetaDb::new_txn_id() {
       base = std::max({max_of("SELECT coalesce(max(id), 0) FROM txns"),
                        max_of("SELECT coalesce(max(seq), 0) FROM sqlite_sequence "
                               "WHERE name = 'txns'"),
-                       get_meta("txn_ids_reserved") ? uint64_t(std::stoull(*get_meta("txn_ids_reserved")))
-                                                    : uint64_t(0)});
+                       get_meta("txn_ids_reserved")
+                           ? uint64_t(std::stoull(*get_meta("txn_ids_reserved")))
+                           : uint64_t(0)});
       set_meta("txn_ids_reserved", std::to_string(base + kTxnIdBlock));
     });
     sync();  // durable before any of them names a log
@@ -613,10 +610,12 @@ void MetaDb::delete_undo_records(uint64_t txid) {
 
 void MetaDb::insert_undo_records(const std::vector<UndoRecordRow> &rows) {
   auto opt = [](Stmt &s, int i, const std::optional<uint64_t> &v) {
-    if (v) s.bind(i, int64_t(*v)); else s.bind_null(i);
+    if (v) s.bind(i, int64_t(*v));
+    else s.bind_null(i);
   };
   auto str = [](Stmt &s, int i, const std::string &v) {
-    if (v.empty()) s.bind_null(i); else s.bind(i, v);
+    if (v.empty()) s.bind_null(i);
+    else s.bind(i, v);
   };
   transaction([&] {
     for (const UndoRecordRow &r : rows) {
@@ -648,7 +647,8 @@ void MetaDb::add_damage(const std::string &source, uint64_t txid,
     for (const std::string &p : problems) {
       Stmt s(*this, add_damage_);
       s.bind(1, source).bind(2, int64_t(txid)).bind(3, p);
-      if (kept.empty()) s.bind_null(4); else s.bind(4, kept);
+      if (kept.empty()) s.bind_null(4);
+      else s.bind(4, kept);
       s.step();
     }
   });
@@ -762,8 +762,7 @@ void MetaDb::sync_files() {
       !f->pMethods)
     return;
   int rc = f->pMethods->xSync(f, SQLITE_SYNC_NORMAL);
-  if (rc != SQLITE_OK)
-    throw Error(fmt::format("fsync of {}-wal: {}", path_, sqlite3_errstr(rc)));
+  if (rc != SQLITE_OK) throw Error(fmt::format("fsync of {}-wal: {}", path_, sqlite3_errstr(rc)));
 }
 
 }  // namespace txnfs

@@ -197,8 +197,8 @@ class MetaDb {
   void sync_files() REQUIRES(mu_);  // fsync of the WAL (all a commit needs: see there)
   std::unique_ptr<HandleJournal> journal_ GUARDED_BY(mu_);
   void keep(HandleChange change) REQUIRES(mu_);
-  std::vector<HandleChange> kept_ GUARDED_BY(mu_);         // in the order of the calls
-  bool journal_written_ GUARDED_BY(mu_) = false;  // it holds changes written to SQLite
+  std::vector<HandleChange> kept_ GUARDED_BY(mu_);  // in the order of the calls
+  bool journal_written_ GUARDED_BY(mu_) = false;    // it holds changes written to SQLite
   std::unordered_map<uint64_t, size_t> kept_at_ GUARDED_BY(mu_);  // nodeid -> its last in kept_
   // new_txn_id: the next id to hand out, and the end of the reserved block. Changed only
   // with mu_ held as well (a reservation), read and counted up without it.
@@ -213,10 +213,11 @@ class MetaDb {
   sqlite3_stmt *get_meta_ = nullptr, *set_meta_ = nullptr, *get_handle_ = nullptr,
                *put_handle_ = nullptr, *del_handle_ = nullptr, *set_name_ = nullptr,
                *clear_name_ = nullptr, *all_handles_ = nullptr, *count_handles_ = nullptr,
-               *open_txn_ = nullptr, *commit_txn_ = nullptr, *rollback_txn_ = nullptr, *lazy_txn_ = nullptr, *del_txn_ = nullptr,
-               *committed_ = nullptr, *all_txns_ = nullptr, *del_undo_ = nullptr,
-               *insert_undo_ = nullptr, *orphan_undo_ = nullptr, *add_damage_ = nullptr,
-               *open_damage_ = nullptr, *accept_damage_ = nullptr;  // used under mu_
+               *open_txn_ = nullptr, *commit_txn_ = nullptr, *rollback_txn_ = nullptr,
+               *lazy_txn_ = nullptr, *del_txn_ = nullptr, *committed_ = nullptr,
+               *all_txns_ = nullptr, *del_undo_ = nullptr, *insert_undo_ = nullptr,
+               *orphan_undo_ = nullptr, *add_damage_ = nullptr, *open_damage_ = nullptr,
+               *accept_damage_ = nullptr;  // used under mu_
 };
 
 }  // namespace txnfs

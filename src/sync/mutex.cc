@@ -12,23 +12,40 @@ namespace txnfs {
 
 const char *lock_rank_name(LockRank r) {
   switch (r) {
-    case LockRank::kTxnBinding: return "TxnBinding::mu_";
-    case LockRank::kTxn: return "Txn::mu";
-    case LockRank::kMetaDb: return "MetaDb::mu_";
-    case LockRank::kGroupCommit: return "GroupCommit::gc_mu_";
-    case LockRank::kCleaner: return "TxnManager::clean_mu_";
-    case LockRank::kLockManager: return "LockManager::mu_";
-    case LockRank::kInodeTable: return "InodeTable::mu_";
-    case LockRank::kFdCache: return "FdCache::mu_";
-    case LockRank::kCommittedView: return "CommittedView::mu_";
-    case LockRank::kListings: return "ListingSnapshots::mu_";
-    case LockRank::kStepMirror: return "StepMirror::mu_";
-    case LockRank::kLazyStash: return "GroupCommit::lazy_mu_";
-    case LockRank::kWriters: return "TxnManager::writers_mu_";
-    case LockRank::kPool: return "park::Pool::mu_";
-    case LockRank::kTxnIds: return "MetaDb::ids_mu_";
-    case LockRank::kInvalidator: return "Invalidator::mu_";
-    case LockRank::kStallWatchdog: return "stall::Registry::mu";
+    case LockRank::kTxnBinding:
+      return "TxnBinding::mu_";
+    case LockRank::kTxn:
+      return "Txn::mu";
+    case LockRank::kMetaDb:
+      return "MetaDb::mu_";
+    case LockRank::kGroupCommit:
+      return "GroupCommit::gc_mu_";
+    case LockRank::kCleaner:
+      return "TxnManager::clean_mu_";
+    case LockRank::kLockManager:
+      return "LockManager::mu_";
+    case LockRank::kInodeTable:
+      return "InodeTable::mu_";
+    case LockRank::kFdCache:
+      return "FdCache::mu_";
+    case LockRank::kCommittedView:
+      return "CommittedView::mu_";
+    case LockRank::kListings:
+      return "ListingSnapshots::mu_";
+    case LockRank::kStepMirror:
+      return "StepMirror::mu_";
+    case LockRank::kLazyStash:
+      return "GroupCommit::lazy_mu_";
+    case LockRank::kWriters:
+      return "TxnManager::writers_mu_";
+    case LockRank::kPool:
+      return "park::Pool::mu_";
+    case LockRank::kTxnIds:
+      return "MetaDb::ids_mu_";
+    case LockRank::kInvalidator:
+      return "Invalidator::mu_";
+    case LockRank::kStallWatchdog:
+      return "stall::Registry::mu";
   }
   return "?";
 }
@@ -64,8 +81,8 @@ struct Held {
 constexpr int kMaxHeld = 16;
 struct Stack {
   Held held[kMaxHeld];
-  int n = 0;       // entries in held
-  int lost = 0;    // acquisitions beyond kMaxHeld, not tracked
+  int n = 0;     // entries in held
+  int lost = 0;  // acquisitions beyond kMaxHeld, not tracked
 };
 thread_local Stack stack;
 

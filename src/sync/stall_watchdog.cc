@@ -180,8 +180,8 @@ void save_stacks(const std::string &path, const std::string &header) {
   }
   [[maybe_unused]] auto n = ::write(fd, header.data(), header.size());
   std::string pid = std::to_string(::getpid());
-  const char *argv[] = {"gdb", "-batch", "-nx", "-p", pid.c_str(),
-                        "-ex", "thread apply all bt", nullptr};
+  const char *argv[] = {"gdb",  "-batch", "-nx", "-p", pid.c_str(), "-ex", "thread apply all bt",
+                        nullptr};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fd, 1);

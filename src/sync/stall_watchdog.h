@@ -38,9 +38,9 @@ struct Slot {
   std::atomic<int64_t> deadline_ns{0};  // stalled once the clock passes it
   std::atomic<const char *> op{nullptr};
   std::atomic<uint64_t> nodeid{0};
-  std::atomic<bool> in_use{false};      // owned by a live thread
+  std::atomic<bool> in_use{false};  // owned by a live thread
   pid_t tid = 0;
-  int64_t reported = 0;                 // watchdog only: start_ns already reported
+  int64_t reported = 0;  // watchdog only: start_ns already reported
 };
 
 // Monotonic (coarse) clock in ns.

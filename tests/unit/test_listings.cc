@@ -60,8 +60,7 @@ TEST_CASE("a listing finds where each of its offsets goes on, and no other offse
   ListingSnapshots reg;
   for (bool by_cookie : {true, false}) {
     auto l = reg.add(listing(1, {".", "..", "a", "b", "c"}, by_cookie));
-    for (size_t k = 0; k < l->entries.size(); k++)
-      CHECK(l->position(l->offset_after(k)) == k + 1);
+    for (size_t k = 0; k < l->entries.size(); k++) CHECK(l->position(l->offset_after(k)) == k + 1);
     CHECK(l->position(dir_offset::make(l->id + 1, !by_cookie, 1)) == Listing::npos);
     CHECK(l->position(dir_offset::make(l->id, by_cookie, 1)) == Listing::npos);  // other kind
     CHECK(l->position(dir_offset::make(l->id, !by_cookie, 9999)) == Listing::npos);

@@ -92,7 +92,7 @@ TEST_CASE("handle uuids are random version-4 uuids, never repeated, also across 
   for (uint64_t n = 10; n < 10 + 1000; n++) {  // several of the per-thread buffers
     std::string u = next(n);
     REQUIRE(u.size() == 36);
-    CHECK(u[14] == '4');                                   // version 4
+    CHECK(u[14] == '4');                                          // version 4
     CHECK(std::string("89ab").find(u[19]) != std::string::npos);  // RFC 4122 variant
     CHECK(seen.insert(u).second);
   }

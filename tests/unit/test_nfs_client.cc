@@ -69,8 +69,8 @@ TEST_CASE("the other operations and their arguments") {
   CHECK((mv.path == "/x" && mv.path2 == "/y"));
   OpSpec sl = parse_op({"symlink", "../t", "/l"});
   CHECK((sl.path == "../t" && sl.path2 == "/l"));
-  OpSpec s = parse_op({"setattr", "/s", "mode=0640", "size=0", "uid=7", "gid=8",
-                       "atime=now", "mtime=1700000000.25"});
+  OpSpec s = parse_op({"setattr", "/s", "mode=0640", "size=0", "uid=7", "gid=8", "atime=now",
+                       "mtime=1700000000.25"});
   CHECK(s.attrs.mode == 0640u);
   CHECK(s.attrs.size == 0u);
   CHECK(s.attrs.uid == 7u);
@@ -124,11 +124,13 @@ TEST_CASE("attributes decode in attribute-number order; unknown ones are refused
   mask.bitmap4_len = 2;
   mask.map[0] = 1u << FATTR4_TYPE | 1u << FATTR4_SIZE;
   mask.map[1] = 1u << (FATTR4_MODE - 32) | 1u << (FATTR4_OWNER - 32);
-  const std::string values("\0\0\0\1"                  // type
-                           "\0\0\0\0\0\0\0\5"      // size
-                           "\0\0\1\xa0"               // mode
-                           "\0\0\0\1" "0\0\0\0",      // owner
-                           24);
+  const std::string values(
+      "\0\0\0\1"          // type
+      "\0\0\0\0\0\0\0\5"  // size
+      "\0\0\1\xa0"        // mode
+      "\0\0\0\1"
+      "0\0\0\0",  // owner
+      24);
   auto v = decode_attrs(mask, values);
   REQUIRE(v);
   CHECK(v->file.type == NF4REG);

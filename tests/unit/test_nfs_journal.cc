@@ -187,9 +187,7 @@ TEST_CASE("what is not a journal is refused, and left alone") {
   fs::create_directory(t.path + "/garbled");
   write_file(t.path + "/garbled/journal", "txnfs-nfs journal 1\n{");
   CHECK_THROWS_WITH(JournalDir(t.path + "/garbled"), Catch::Contains("garbled journal state"));
-  {
-    JournalDir ok(t.path + "/j");
-  }
+  { JournalDir ok(t.path + "/j"); }
   write_file(t.path + "/j/notes.txt", "?");
   CHECK_THROWS_WITH(JournalDir(t.path + "/j"), Catch::Contains("unexpected file notes.txt"));
   fs::remove(t.path + "/j/notes.txt");

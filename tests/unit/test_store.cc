@@ -22,7 +22,8 @@ using namespace txnfs;
 TEST_CASE("init makes the layout and a root row, and refuses a second init") {
   TmpDir t;
   std::string s = t.path + "/store";
-  if (!supports_reflink(t.path)) CHECK_THROWS_WITH(init_store(s, false), Catch::Contains("reflink"));
+  if (!supports_reflink(t.path))
+    CHECK_THROWS_WITH(init_store(s, false), Catch::Contains("reflink"));
   init_store(s, true);
   StorePaths p = StorePaths::of(s);
   check_store_layout(p);

@@ -121,11 +121,11 @@ struct Core {
   }
 };
 
-#define NEED_CORE(c)              \
-  Core c;                         \
-  if (!c.ok()) {                  \
+#define NEED_CORE(c)                \
+  Core c;                           \
+  if (!c.ok()) {                    \
     WARN("skipped: " << c.xfs.why); \
-    return;                       \
+    return;                         \
   }
 
 }  // namespace
@@ -152,8 +152,9 @@ TEST_CASE("begin binds the calling thread only, once") {
   CHECK(c.txns->abort(::getuid(), t->id()) == ENOENT);
 }
 
-TEST_CASE("abort undoes recorded writes through the undo executor; the view shows the "
-          "committed bytes meanwhile") {
+TEST_CASE(
+    "abort undoes recorded writes through the undo executor; the view shows the "
+    "committed bytes meanwhile") {
   NEED_CORE(c);
   c.put("f", "committed bytes");
   TxnPtr t = c.begin();
@@ -165,7 +166,7 @@ TEST_CASE("abort undoes recorded writes through the undo executor; the view show
   int fd = ::open(c.p("f").c_str(), O_PATH | O_CLOEXEC);
   REQUIRE(fd >= 0);
   CHECK(!c.env.view.attrs(c.inode("f")->nodeid, fd, st));  // changed: do not cache
-  CHECK(st.st_size == 15);                                   // the committed size
+  CHECK(st.st_size == 15);                                 // the committed size
   ::close(fd);
 
   CHECK(c.txns->abort(::getuid(), t->id()) == 0);
@@ -189,8 +190,9 @@ TEST_CASE("commit keeps recorded writes; the cleaner removes the log") {
   CHECK(c.logs_left() == 0);
 }
 
-TEST_CASE("the committed listing hides what an open transaction made and shows what it "
-          "removed, until it ends") {
+TEST_CASE(
+    "the committed listing hides what an open transaction made and shows what it "
+    "removed, until it ends") {
   NEED_CORE(c);
   c.put("old", "x");
   c.put("kept", "y");
@@ -278,7 +280,8 @@ TEST_CASE("the inode table agrees with a map through many inserts and forgets") 
     } else {
       uint64_t n = 1 + rng() % 3;
       table.forget(nodeid, n);
-      if (auto it = want.find(nodeid); it != want.end() && (it->second -= std::min(n, it->second)) == 0)
+      if (auto it = want.find(nodeid);
+          it != want.end() && (it->second -= std::min(n, it->second)) == 0)
         want.erase(it);
     }
   }
@@ -386,12 +389,13 @@ TEST_CASE("a finished transaction leaves no fd to what it removed or, aborted, m
   t = c.begin();
   REQUIRE(c.txns->enter(*t) == 0);
   UniqueFd made;
-  REQUIRE(txn_make(c.env, *t, *root, "new", S_IFREG | 0644,
-                   [](int dirfd, const char *n) {
-                     UniqueFd fd(::openat(dirfd, n, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-                     return fd ? 0 : fd.err();
-                   },
-                   &made) == 0);
+  REQUIRE(txn_make(
+              c.env, *t, *root, "new", S_IFREG | 0644,
+              [](int dirfd, const char *n) {
+                UniqueFd fd(::openat(dirfd, n, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+                return fd ? 0 : fd.err();
+              },
+              &made) == 0);
   struct stat st;
   REQUIRE(::fstat(made.get(), &st) == 0);
   InodePtr fresh = make_inode(made.get(), c.env.nodeid_of(st.st_ino), st);

@@ -239,11 +239,11 @@ struct Env {
   }
 };
 
-#define NEED_FS(env, on_xfs)          \
-  Env env(on_xfs);                    \
-  if (!env.ok()) {                    \
-    WARN("skipped: " << env.why);     \
-    return;                           \
+#define NEED_FS(env, on_xfs)      \
+  Env env(on_xfs);                \
+  if (!env.ok()) {                \
+    WARN("skipped: " << env.why); \
+    return;                       \
   }
 #define NEED_XFS(env) NEED_FS(env, true)
 
@@ -302,7 +302,8 @@ struct Recording {
     ok(save_range(env, *t, *inode(rel), off, data.size()), "save_range " + rel);
     point();
     UniqueFd f = open_fd(e.p(rel), O_WRONLY);
-    if (::pwrite(f.get(), data.data(), data.size(), off_t(off)) != ssize_t(data.size())) die("pwrite");
+    if (::pwrite(f.get(), data.data(), data.size(), off_t(off)) != ssize_t(data.size()))
+      die("pwrite");
   }
   void truncate(const std::string &rel, uint64_t size) {
     ok(save_truncate(env, *t, *inode(rel), size), "save_truncate " + rel);
@@ -343,7 +344,8 @@ struct Recording {
     point();
     mode_t type = kind == 'f' ? S_IFREG : kind == 'd' ? S_IFDIR : kind == 'l' ? S_IFLNK : S_IFIFO;
     auto mk = [&](int dirfd, const char *tmp) -> int {
-      int rc = kind == 'f'   ? ::close(::openat(dirfd, tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode))
+      int rc = kind == 'f'
+                   ? ::close(::openat(dirfd, tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode))
                : kind == 'd' ? ::mkdirat(dirfd, tmp, mode)
                : kind == 'l' ? ::symlinkat(target.c_str(), dirfd, tmp)
                              : ::mkfifoat(dirfd, tmp, mode);
@@ -356,14 +358,13 @@ struct Recording {
   void remove(const std::string &rel) {
     point();
     bool dir = S_ISDIR(lstat_of(rel).st_mode);
-    ok(txn_remove(env, *t, *inode(parent_of(rel)), base_of(rel).c_str(), dir),
-       "txn_remove " + rel);
+    ok(txn_remove(env, *t, *inode(parent_of(rel)), base_of(rel).c_str(), dir), "txn_remove " + rel);
   }
   void rename(const std::string &from, const std::string &to, unsigned flags = 0) {
     point();
     bool exposed;
-    ok(txn_rename(env, *t, *inode(parent_of(from)), base_of(from).c_str(),
-                  *inode(parent_of(to)), base_of(to).c_str(), flags, &exposed),
+    ok(txn_rename(env, *t, *inode(parent_of(from)), base_of(from).c_str(), *inode(parent_of(to)),
+                  base_of(to).c_str(), flags, &exposed),
        "txn_rename " + from + " " + to);
   }
   void link(const std::string &from, const std::string &to) {
@@ -485,16 +486,20 @@ bool same_step(const UndoStep &a, const UndoStep &b) {
     case StepKind::Attrs:
       return a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.size == b.size &&
              same_time(a.atime, b.atime) && same_time(a.mtime, b.mtime);
-    case StepKind::Data: return a.off == b.off && a.len == b.len;
+    case StepKind::Data:
+      return a.off == b.off && a.len == b.len;
     case StepKind::Created:
     case StepKind::Removed:
       return same_id(a.dir, b.dir) && a.name == b.name && a.flags == b.flags;
-    case StepKind::Linked: return same_id(a.dir, b.dir) && a.name == b.name;
+    case StepKind::Linked:
+      return same_id(a.dir, b.dir) && a.name == b.name;
     case StepKind::Renamed:
       return same_id(a.dir, b.dir) && a.name == b.name && same_id(a.dir2, b.dir2) &&
              a.name2 == b.name2 && a.flags == b.flags && a.displaced == b.displaced;
-    case StepKind::Xattrs: return true;
-    case StepKind::Made: return a.name == b.name && a.flags == b.flags;
+    case StepKind::Xattrs:
+      return true;
+    case StepKind::Made:
+      return a.name == b.name && a.flags == b.flags;
   }
   return false;
 }
@@ -727,27 +732,27 @@ TEST_CASE("damaged records are rejected: truncated, changed, forged garbage") {
   CHECK(decode_step(forge("1 D 5 " + id + " 0 4096")).len == 4096);  // the helper is right
   CHECK(decode_step(forge("1 X 5 " + id)).kind == StepKind::Xattrs);
   for (const std::string &bad : std::vector<std::string>{
-           "2 D 5 " + id + " 0 4096",            // unknown version
-           "1 Q 5 " + id + " 0 4096",            // unknown kind
-           "1 D -5 " + id + " 0 4096",           // negative seq
-           "1 D 5 " + id + " 0x10 4096",         // not decimal
-           "1 D 5 " + id + " 0 99999999999999999999",  // out of range
-           "1 D 5 " + id + " 18446744073709551615 1",  // range overflows
-           "1 D 5 " + id + " 0",                 // field missing
-           "1 D 5 " + id + " 0 4096 7",          // trailing field
-           "1 D 5 " + id + "  0 4096",           // double space
-           "1 D 5 132:7:" + id.substr(6) + " 0 4096",  // ino disagrees with the handle
-           "1 D 5 131:7:81000000 0 4096",       // handle too short
+           "2 D 5 " + id + " 0 4096",                      // unknown version
+           "1 Q 5 " + id + " 0 4096",                      // unknown kind
+           "1 D -5 " + id + " 0 4096",                     // negative seq
+           "1 D 5 " + id + " 0x10 4096",                   // not decimal
+           "1 D 5 " + id + " 0 99999999999999999999",      // out of range
+           "1 D 5 " + id + " 18446744073709551615 1",      // range overflows
+           "1 D 5 " + id + " 0",                           // field missing
+           "1 D 5 " + id + " 0 4096 7",                    // trailing field
+           "1 D 5 " + id + "  0 4096",                     // double space
+           "1 D 5 132:7:" + id.substr(6) + " 0 4096",      // ino disagrees with the handle
+           "1 D 5 131:7:81000000 0 4096",                  // handle too short
            "1 D 5 131:7:" + id.substr(6, 31) + " 0 4096",  // odd hex digits
            "1 D 5 131:7:" + std::string(id.substr(6)).replace(8, 1, "A") + " 0 4096",  // upper case
-           "1 L 5 " + id + " " + id + " 3:a/b",  // '/' in a name
-           "1 L 5 " + id + " " + id + " 1:.",    // "."
-           "1 L 5 " + id + " " + id + " 0:",     // empty name
+           "1 L 5 " + id + " " + id + " 3:a/b",    // '/' in a name
+           "1 L 5 " + id + " " + id + " 1:.",      // "."
+           "1 L 5 " + id + " " + id + " 0:",       // empty name
            "1 L 5 " + id + " " + id + " 9:short",  // name longer than the record
            "1 L 5 " + id + " " + id + " 256:" + std::string(256, 'n'),  // over NAME_MAX
-           "1 N 5 " + id + " " + id + " 1:a " + id + " 1:b 0 2",  // displaced not 0/1
-           "1 A 5 " + id + " 100644 0 0 1 1.5 2.000000000",         // short nanoseconds
-           "1 A 5 " + id + " 100648 0 0 1 1.000000000 2.000000000",  // 8 is not octal
+           "1 N 5 " + id + " " + id + " 1:a " + id + " 1:b 0 2",        // displaced not 0/1
+           "1 A 5 " + id + " 100644 0 0 1 1.5 2.000000000",             // short nanoseconds
+           "1 A 5 " + id + " 100648 0 0 1 1.000000000 2.000000000",     // 8 is not octal
        }) {
     INFO(printable(bad, 200));
     CHECK_THROWS_AS(decode_step(forge(bad)), Error);
@@ -801,8 +806,8 @@ TEST_CASE("Data: in-place writes, aligned and not, and extending ones") {
   UndoResult r = round_trip(e, 1, [](Recording &t, const std::string &r) {
     t.write(r + "/big", 0, "head");
     t.write(r + "/big", 4095, "across a block boundary");
-    t.write(r + "/big", 8192, pattern(8192, 9));      // exactly aligned
-    t.write(r + "/big", 299'990, pattern(100, 10));   // over EOF (tail block)
+    t.write(r + "/big", 8192, pattern(8192, 9));     // exactly aligned
+    t.write(r + "/big", 299'990, pattern(100, 10));  // over EOF (tail block)
     t.write(r + "/small", 2, "LLO");
     t.write(r + "/aligned", 12288, "appended at EOF");  // nothing to back up
     t.write(r + "/d/inner", 50'000, "beyond EOF, leaves a hole");
@@ -915,10 +920,10 @@ TEST_CASE("Renamed: within and across directories, over files and empty dirs, ex
   round_trip(e, 1, [](Recording &t, const std::string &r) {
     t.rename(r + "/small", r + "/small2");
     t.rename(r + "/small2", r + "/d/sub/small3");  // twice
-    t.rename(r + "/big", r + "/aligned");           // over a file
-    t.rename(r + "/d/sub", r + "/empty-dir");       // a dir over an empty dir
+    t.rename(r + "/big", r + "/aligned");          // over a file
+    t.rename(r + "/d/sub", r + "/empty-dir");      // a dir over an empty dir
     t.rename(r + "/d/inner", r + "/suid", RENAME_EXCHANGE);
-    t.rename(r + "/d", r + "/moved-d");                      // a dir, keeping its children
+    t.rename(r + "/d", r + "/moved-d");  // a dir, keeping its children
     t.rename(r + "/fifo", r + "/moved-d/fifo", RENAME_NOREPLACE);
   });
 }
@@ -926,28 +931,31 @@ TEST_CASE("Renamed: within and across directories, over files and empty dirs, ex
 TEST_CASE("Xattrs: set, change, remove; on files, dirs (with ACLs) and symlinks") {
   NEED_XFS(e);
   // A default ACL (a directory-only xattr) and an access ACL, set before the transaction.
-  const unsigned char acl[] = {2, 0, 0, 0,                         // version
-                               1, 0, 6, 0, 0xff, 0xff, 0xff, 0xff,  // USER_OBJ rw-
-                               2, 0, 4, 0, 0xe8, 3, 0, 0,          // USER 1000 r--
-                               4, 0, 4, 0, 0xff, 0xff, 0xff, 0xff,  // GROUP_OBJ r--
-                               0x10, 0, 4, 0, 0xff, 0xff, 0xff, 0xff,  // MASK r--
+  const unsigned char acl[] = {2,    0, 0, 0,                           // version
+                               1,    0, 6, 0, 0xff, 0xff, 0xff, 0xff,   // USER_OBJ rw-
+                               2,    0, 4, 0, 0xe8, 3,    0,    0,      // USER 1000 r--
+                               4,    0, 4, 0, 0xff, 0xff, 0xff, 0xff,   // GROUP_OBJ r--
+                               0x10, 0, 4, 0, 0xff, 0xff, 0xff, 0xff,   // MASK r--
                                0x20, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};  // OTHER ---
   auto setup = [&](const std::string &root) {
     std::string d = root + "/d", big = root + "/big";
     REQUIRE(::setxattr(d.c_str(), "system.posix_acl_default", acl, sizeof acl, 0) == 0);
     REQUIRE(::setxattr(big.c_str(), "system.posix_acl_access", acl, sizeof acl, 0) == 0);
   };
-  round_trip(e, 1, [&](Recording &t, const std::string &r) {
-    t.setx(r + "/small", "user.colour", "red");
-    t.setx(r + "/small", "user.new", std::string(3000, 'v'));
-    t.rmx(r + "/small", "trusted.secret");
-    t.setx(r + "/d", "user.dirattr", "changed");
-    t.rmx(r + "/d", "system.posix_acl_default");
-    t.rmx(r + "/big", "system.posix_acl_access");
-    t.setx(r + "/d/sym", "trusted.link", "changed");
-    t.setx(r + "/d/sym", "trusted.more", "");
-    t.setx(r + "/empty-dir", "trusted.x", "y");
-  }, true, setup);
+  round_trip(
+      e, 1,
+      [&](Recording &t, const std::string &r) {
+        t.setx(r + "/small", "user.colour", "red");
+        t.setx(r + "/small", "user.new", std::string(3000, 'v'));
+        t.rmx(r + "/small", "trusted.secret");
+        t.setx(r + "/d", "user.dirattr", "changed");
+        t.rmx(r + "/d", "system.posix_acl_default");
+        t.rmx(r + "/big", "system.posix_acl_access");
+        t.setx(r + "/d/sym", "trusted.link", "changed");
+        t.setx(r + "/d/sym", "trusted.more", "");
+        t.setx(r + "/empty-dir", "trusted.x", "y");
+      },
+      true, setup);
 }
 
 // ================================================================ sequences
@@ -1011,9 +1019,15 @@ TEST_CASE("random unaligned writes, truncations to 0 and regrowth") {
               struct stat st = t.lstat_of(f);
               uint64_t size = uint64_t(st.st_size);
               switch (rng() % 8) {
-                case 0: t.truncate(f, size ? rng() % size : 0); break;
-                case 1: t.truncate(f, 0); break;
-                case 2: t.truncate(f, size + rng() % 20000); break;
+                case 0:
+                  t.truncate(f, size ? rng() % size : 0);
+                  break;
+                case 1:
+                  t.truncate(f, 0);
+                  break;
+                case 2:
+                  t.truncate(f, size + rng() % 20000);
+                  break;
                 default: {
                   uint64_t off = rng() % (size + 10000);
                   t.write(f, off, pattern(1 + rng() % 30000, unsigned(rng())));
@@ -1060,8 +1074,8 @@ TEST_CASE("an undo interrupted after any number of steps finishes on the next ru
       // A second interruption, earlier than the first, changes nothing either (when
       // that many steps are left: the namespace steps undone so far were retired).
       uint64_t left = 0;
-      for (auto &d : undo_io::list_dir(open_fd(e.backups + "/" + std::to_string(k + 1),
-                                               O_RDONLY | O_DIRECTORY).get()))
+      for (auto &d : undo_io::list_dir(
+               open_fd(e.backups + "/" + std::to_string(k + 1), O_RDONLY | O_DIRECTORY).get()))
         left += d.name.size() == 16;
       if (k / 2 < left) CHECK_THROWS_AS(e.undo(k + 1, crash_at(k / 2)), Crash);
     }
@@ -1113,8 +1127,8 @@ TEST_CASE("a transaction cut off at any crash point inside the recorder undoes c
   // The recorder's own points, armed to throw instead of exiting: a data object without
   // its record, a record without its change (a Made step without its object among them), a record without its
   // change (also of the namespace changes the recorder makes itself), a stash done.
-  for (const char *point : {"undo.after_backup", "undo.after_record",
-                            "undo.after_stash", "undo.after_log_dir"}) {
+  for (const char *point :
+       {"undo.after_backup", "undo.after_record", "undo.after_stash", "undo.after_log_dir"}) {
     for (long j = 1; j < 400; ++j) {
       INFO("crash at arrival " << j << " at " << point);
       std::string rel = std::string("p") + point + "." + std::to_string(j);

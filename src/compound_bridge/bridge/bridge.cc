@@ -66,7 +66,7 @@ int control_fd = -1;
 struct OpenTxn {
   txnfs_id_t id;
   uint32_t minorversion;
-  std::string tag;  // for log lines only
+  std::string tag;            // for log lines only
   bool complete_set = false;  // every lock it takes was predeclared and granted at begin
   bool lazy = false;          // commits lazily (the tag opted in)
 };
@@ -117,14 +117,15 @@ void abort_txn(const OpenTxn &t) {
 // or the verdict's status to refuse the COMPOUND with (T is then aborted by the caller).
 uint32_t predeclared(OpenTxn &t, const LockPlan &plan, int rc) {
   if (rc == -ETIMEDOUT) {
-    logger.line("{}: its {} predeclared locks were not granted within {} ms; answering "
-                "NFS4ERR_DELAY without running it",
-                describe(t), plan.locks, config.lock_set_timeout_ms);
+    logger.line(
+        "{}: its {} predeclared locks were not granted within {} ms; answering "
+        "NFS4ERR_DELAY without running it",
+        describe(t), plan.locks, config.lock_set_timeout_ms);
     return TXNFS_BRIDGE_NFS4ERR_DELAY;
   }
   if (rc != 0) {  // runs with per-request locking only, which is always correct
-    logger.line("error: cannot predeclare the locks of {}: {}; locking per request",
-                describe(t), std::strerror(-rc));
+    logger.line("error: cannot predeclare the locks of {}: {}; locking per request", describe(t),
+                std::strerror(-rc));
     return 0;
   }
   t.complete_set = !plan.partial;
@@ -143,8 +144,8 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
     current.reset();
   }
   if (!config.transactional(tag_view)) return verdict(TXNFS_BRIDGE_RUN);
-  OpenTxn t{.id = 0, .minorversion = minorversion, .tag = shown(tag_view),
-            .lazy = config.lazy(tag_view)};
+  OpenTxn t{
+      .id = 0, .minorversion = minorversion, .tag = shown(tag_view), .lazy = config.lazy(tag_view)};
   // begin, this transaction's lock timeout and its lock set in one request
   LockPlan plan;
   if (config.lock_set_timeout_ms != 0 && ops != nullptr)
@@ -157,10 +158,11 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
                                  config.lock_set_timeout_ms, &t.id, &set_rc);
   if (rc != 0) {
     uint32_t status = refusal_status(-rc);
-    logger.line("error: cannot begin a transaction on {} for COMPOUND v4.{} tag '{}': {}; "
-                "answering {} without running it",
-                config.mount, minorversion, t.tag, std::strerror(-rc),
-                status == TXNFS_BRIDGE_NFS4ERR_DELAY ? "NFS4ERR_DELAY" : "NFS4ERR_SERVERFAULT");
+    logger.line(
+        "error: cannot begin a transaction on {} for COMPOUND v4.{} tag '{}': {}; "
+        "answering {} without running it",
+        config.mount, minorversion, t.tag, std::strerror(-rc),
+        status == TXNFS_BRIDGE_NFS4ERR_DELAY ? "NFS4ERR_DELAY" : "NFS4ERR_SERVERFAULT");
     return verdict(TXNFS_BRIDGE_REFUSE, status);
   }
   if (uint32_t status = plan.locks == 0 ? 0 : predeclared(t, plan, set_rc)) {
@@ -187,15 +189,14 @@ txnfs_bridge_verdict end(uint32_t status, int replay) {
   if (status == TXNFS_BRIDGE_NFS4_OK) {
     // A lazy COMPOUND's reply comes before it is durable; a WRITE with FILE_SYNC4 or a
     // COMMIT inside it (an fsync) makes the commit durable after all.
-    int rc = txnfs_commit2_fd(control_fd, t.id,
-                           t.lazy ? TXNFS_COMMIT_LAZY : TXNFS_COMMIT_DURABLE);
+    int rc = txnfs_commit2_fd(control_fd, t.id, t.lazy ? TXNFS_COMMIT_LAZY : TXNFS_COMMIT_DURABLE);
     if (rc == 0) {
       if (config.verbose) logger.line("{}: committed{}", describe(t), t.lazy ? " lazily" : "");
       return verdict(TXNFS_BRIDGE_KEEP);
     }
     // A refused commit (abort-only transaction) leaves it open; a failed one rolled it back.
-    logger.line("error: commit of {} failed: {}; aborting it, answering NFS4ERR_DELAY",
-                describe(t), std::strerror(-rc));
+    logger.line("error: commit of {} failed: {}; aborting it, answering NFS4ERR_DELAY", describe(t),
+                std::strerror(-rc));
     abort_txn(t);
     return verdict(TXNFS_BRIDGE_COLLAPSE, TXNFS_BRIDGE_NFS4ERR_DELAY);
   }
@@ -259,8 +260,7 @@ std::string start() {
                   : "COMPOUNDs whose tag starts with '" + config.tag_prefix + "' are transactions",
               config.lazy_tag_prefix.empty()
                   ? std::string("; no lazy commits")
-                  : "; those whose tag starts with '" + config.lazy_tag_prefix +
-                        "' commit lazily");
+                  : "; those whose tag starts with '" + config.lazy_tag_prefix + "' commit lazily");
   return {};
 }
 
@@ -273,10 +273,8 @@ extern "C" __attribute__((visibility("default"))) const txnfs_bridge_ops *txnfs_
   std::string error;
   if (abi != TXNFS_BRIDGE_ABI)
     error = fmt::format("Ganesha speaks bridge ABI {}, this library ABI {}", abi, TXNFS_BRIDGE_ABI);
-  else if (opened.exchange(true))
-    error = "txnfs_bridge_open called twice";
-  else
-    error = txnfs::bridge::start();
+  else if (opened.exchange(true)) error = "txnfs_bridge_open called twice";
+  else error = txnfs::bridge::start();
   if (error.empty()) return &txnfs::bridge::ops;
   if (err_len > 0) {
     size_t n = std::min(error.size(), err_len - 1);

@@ -43,7 +43,8 @@ std::optional<Config> parse_config(std::string_view text, std::string *error) {
     size_t eq = line.find('=');
     if (eq == std::string_view::npos) return fail("expected `key = value`");
     std::string_view key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
-    if (!seen.insert(std::string(key)).second) return fail("`" + std::string(key) + "` given twice");
+    if (!seen.insert(std::string(key)).second)
+      return fail("`" + std::string(key) + "` given twice");
     if (key == "mount") {
       if (value.empty() || value[0] != '/') return fail("mount must be an absolute path");
       c.mount = value;
@@ -55,7 +56,8 @@ std::optional<Config> parse_config(std::string_view text, std::string *error) {
       c.lazy_tag_prefix = value == "none" ? std::string() : std::string(value);
     } else if (key == "all_compounds" || key == "verbose") {
       std::optional<bool> b = parse_bool(value);
-      if (!b) return fail(std::string(key) + " must be yes or no, not `" + std::string(value) + "`");
+      if (!b)
+        return fail(std::string(key) + " must be yes or no, not `" + std::string(value) + "`");
       (key == "verbose" ? c.verbose : c.all_compounds) = *b;
     } else if (key == "lock_timeout_ms" || key == "lock_set_timeout_ms") {
       uint32_t ms = 0;

@@ -38,7 +38,7 @@ struct Config {
   std::string tag_prefix = "txn";
   bool all_compounds = false;
   std::string lazy_tag_prefix = "txn-lazy";  // empty: none
-  std::string log;  // empty: stderr
+  std::string log;                           // empty: stderr
   bool verbose = false;
   uint32_t lock_timeout_ms = 250;
   uint32_t lock_set_timeout_ms = 20000;

@@ -30,8 +30,10 @@ TEST_CASE("bridge config: defaults and every key", "[bridge]") {
   CHECK_FALSE(c->verbose);
   CHECK(c->lock_timeout_ms == 250);
 
-  c = parse_config(" mount=/m  # the export\ntag_prefix = tx:\r\nall_compounds = yes\n"
-                   "log = /var/log/b.log\nverbose = true\nlock_timeout_ms = 0", &error);
+  c = parse_config(
+      " mount=/m  # the export\ntag_prefix = tx:\r\nall_compounds = yes\n"
+      "log = /var/log/b.log\nverbose = true\nlock_timeout_ms = 0",
+      &error);
   REQUIRE(c);
   CHECK(c->mount == "/m");
   CHECK(c->tag_prefix == "tx:");

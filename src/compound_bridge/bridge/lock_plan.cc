@@ -15,15 +15,53 @@ namespace {
 
 // NFSv4 operation numbers (RFC 7530, RFC 8881, RFC 7862, RFC 8276).
 enum Op : uint32_t {
-  ACCESS = 3, CLOSE = 4, COMMIT = 5, CREATE = 6, DELEGPURGE = 7, DELEGRETURN = 8,
-  GETATTR = 9, GETFH = 10, LINK = 11, LOCK = 12, LOCKT = 13, LOCKU = 14, LOOKUP = 15,
-  LOOKUPP = 16, NVERIFY = 17, OPEN = 18, OPEN_CONFIRM = 20, OPEN_DOWNGRADE = 21,
-  PUTFH = 22, PUTPUBFH = 23, PUTROOTFH = 24, READ = 25, READDIR = 26, READLINK = 27,
-  REMOVE = 28, RENAME = 29, RENEW = 30, RESTOREFH = 31, SAVEFH = 32, SETATTR = 34,
-  SETCLIENTID = 35, SETCLIENTID_CONFIRM = 36, VERIFY = 37, WRITE = 38,
-  RELEASE_LOCKOWNER = 39, FREE_STATEID = 45, SEQUENCE = 53, TEST_STATEID = 55,
-  RECLAIM_COMPLETE = 58, ALLOCATE = 59, DEALLOCATE = 62, READ_PLUS = 68, SEEK = 69,
-  GETXATTR = 72, SETXATTR = 73, LISTXATTRS = 74, REMOVEXATTR = 75,
+  ACCESS = 3,
+  CLOSE = 4,
+  COMMIT = 5,
+  CREATE = 6,
+  DELEGPURGE = 7,
+  DELEGRETURN = 8,
+  GETATTR = 9,
+  GETFH = 10,
+  LINK = 11,
+  LOCK = 12,
+  LOCKT = 13,
+  LOCKU = 14,
+  LOOKUP = 15,
+  LOOKUPP = 16,
+  NVERIFY = 17,
+  OPEN = 18,
+  OPEN_CONFIRM = 20,
+  OPEN_DOWNGRADE = 21,
+  PUTFH = 22,
+  PUTPUBFH = 23,
+  PUTROOTFH = 24,
+  READ = 25,
+  READDIR = 26,
+  READLINK = 27,
+  REMOVE = 28,
+  RENAME = 29,
+  RENEW = 30,
+  RESTOREFH = 31,
+  SAVEFH = 32,
+  SETATTR = 34,
+  SETCLIENTID = 35,
+  SETCLIENTID_CONFIRM = 36,
+  VERIFY = 37,
+  WRITE = 38,
+  RELEASE_LOCKOWNER = 39,
+  FREE_STATEID = 45,
+  SEQUENCE = 53,
+  TEST_STATEID = 55,
+  RECLAIM_COMPLETE = 58,
+  ALLOCATE = 59,
+  DEALLOCATE = 62,
+  READ_PLUS = 68,
+  SEEK = 69,
+  GETXATTR = 72,
+  SETXATTR = 73,
+  LISTXATTRS = 74,
+  REMOVEXATTR = 75,
 };
 
 constexpr uint8_t kFuseHandleType = 0x81;  // fs/fuse/inode.c: nodeid (2 x u32) + generation
@@ -108,7 +146,7 @@ uint64_t nodeid_of_handle(const void *fh, uint32_t len) {
   if (5 + fs_len > len || fs_len < 1) return 0;
   const uint8_t *h = b + 5;
   uint8_t flags = h[0];
-  if (flags & 0x20) return 0;  // HANDLE_DUMMY
+  if (flags & 0x20) return 0;                                // HANDLE_DUMMY
   static const uint32_t kFsidBytes[] = {0, 8, 8, 16, 8, 8};  // enum fsid_type
   uint32_t fsid_type = flags & 0x1f;
   if (fsid_type >= sizeof kFsidBytes / sizeof kFsidBytes[0]) return 0;
@@ -259,22 +297,48 @@ LockPlan plan_locks(const txnfs_bridge_op *ops, uint32_t n, uint64_t root_nodeid
           lost(true);
         }
         break;
-      case GETATTR: case ACCESS: case VERIFY: case NVERIFY: case GETFH:
+      case GETATTR:
+      case ACCESS:
+      case VERIFY:
+      case NVERIFY:
+      case GETFH:
         on_cur(TXNFS_LOCK_ATTRS);
         break;
-      case READ: case READ_PLUS: case READLINK: case READDIR: case SEEK: case GETXATTR:
+      case READ:
+      case READ_PLUS:
+      case READLINK:
+      case READDIR:
+      case SEEK:
+      case GETXATTR:
       case LISTXATTRS:
         on_cur(TXNFS_LOCK_S);
         break;
-      case WRITE: case SETATTR: case ALLOCATE: case DEALLOCATE: case SETXATTR:
+      case WRITE:
+      case SETATTR:
+      case ALLOCATE:
+      case DEALLOCATE:
+      case SETXATTR:
       case REMOVEXATTR:
         on_cur(TXNFS_LOCK_X);
         break;
       // NFSv4 state only: nothing of the file system is locked.
-      case SEQUENCE: case CLOSE: case COMMIT: case OPEN_CONFIRM: case OPEN_DOWNGRADE:
-      case LOCK: case LOCKT: case LOCKU: case RENEW: case SETCLIENTID:
-      case SETCLIENTID_CONFIRM: case RELEASE_LOCKOWNER: case DELEGPURGE: case DELEGRETURN:
-      case TEST_STATEID: case FREE_STATEID: case RECLAIM_COMPLETE:
+      case SEQUENCE:
+      case CLOSE:
+      case COMMIT:
+      case OPEN_CONFIRM:
+      case OPEN_DOWNGRADE:
+      case LOCK:
+      case LOCKT:
+      case LOCKU:
+      case RENEW:
+      case SETCLIENTID:
+      case SETCLIENTID_CONFIRM:
+      case RELEASE_LOCKOWNER:
+      case DELEGPURGE:
+      case DELEGRETURN:
+      case TEST_STATEID:
+      case FREE_STATEID:
+      case RECLAIM_COMPLETE:
         break;
       default:  // not understood: its objects lock one by one, and so may the rest's
         p.plan.partial = true;

@@ -24,9 +24,9 @@
 namespace txnfs::bridge {
 
 struct LockPlan {
-  std::string records;  // txnfs_lock_rec records for txnfs_lock_set()
-  uint32_t locks = 0;   // lock records in it
-  bool partial = false; // some operation's objects could not be named in advance
+  std::string records;   // txnfs_lock_rec records for txnfs_lock_set()
+  uint32_t locks = 0;    // lock records in it
+  bool partial = false;  // some operation's objects could not be named in advance
 };
 
 // The nodeid inside an FSAL_VFS handle of a FUSE object (kernel handle type 0x81:

@@ -26,8 +26,12 @@ std::vector<std::string> lines(const LockPlan &p) {
     std::string name = p.records.substr(pos + sizeof r, r.name_len);
     pos += (sizeof r + r.name_len + 7) & ~size_t(7);
     switch (r.kind) {
-      case TXNFS_REC_NODE: out.push_back("node " + std::to_string(r.node)); break;
-      case TXNFS_REC_CHILD: out.push_back("child " + std::to_string(r.ref) + " " + name); break;
+      case TXNFS_REC_NODE:
+        out.push_back("node " + std::to_string(r.node));
+        break;
+      case TXNFS_REC_CHILD:
+        out.push_back("child " + std::to_string(r.ref) + " " + name);
+        break;
       case TXNFS_REC_LOCK_OBJECT:
         out.push_back("object " + std::to_string(r.ref) + " " + kMode[r.mode]);
         break;
@@ -47,7 +51,9 @@ txnfs_bridge_op named(uint32_t opcode, const char *name, uint32_t flags = 0) {
   return o;
 }
 
-txnfs_bridge_op bare(uint32_t opcode) { return txnfs_bridge_op{opcode, 0, nullptr, nullptr, nullptr, 0, 0, 0, 0}; }
+txnfs_bridge_op bare(uint32_t opcode) {
+  return txnfs_bridge_op{opcode, 0, nullptr, nullptr, nullptr, 0, 0, 0, 0};
+}
 
 // Ganesha's NFSv4 handle of FSAL_VFS for a FUSE object: fsid type Major64, one-byte
 // kernel handle type 0x81, nodeid (two u32, high first) and generation.
@@ -68,16 +74,17 @@ std::vector<uint8_t> fuse_handle(uint64_t nodeid) {
 
 TEST_CASE("lock plan: a file created and written below the root", "[bridge]") {
   std::vector<txnfs_bridge_op> ops = {
-      bare(53), bare(24), named(15, "d"),
-      named(18, "f", TXNFS_BRIDGE_OP_CREATE | TXNFS_BRIDGE_OP_CLAIM_NULL), bare(38), bare(4)};
+      bare(53),       bare(24),
+      named(15, "d"), named(18, "f", TXNFS_BRIDGE_OP_CREATE | TXNFS_BRIDGE_OP_CLAIM_NULL),
+      bare(38),       bare(4)};
   LockPlan p = plan_locks(ops.data(), uint32_t(ops.size()), 1);
   CHECK_FALSE(p.partial);
-  CHECK(lines(p) == std::vector<std::string>{
-                        "node 1", "object 0 A",                            // PUTROOTFH
-                        "object 0 IS", "entry 0 d S", "child 0 d", "object 1 A",  // LOOKUP
-                        "object 1 IX", "entry 1 f X", "child 1 f", "object 2 A",  // OPEN
-                        "object 2 X",                                      // (truncation)
-                        "object 2 X"});                                    // WRITE
+  CHECK(lines(p) ==
+        std::vector<std::string>{"node 1", "object 0 A",  // PUTROOTFH
+                                 "object 0 IS", "entry 0 d S", "child 0 d", "object 1 A",  // LOOKUP
+                                 "object 1 IX", "entry 1 f X", "child 1 f", "object 2 A",  // OPEN
+                                 "object 2 X",    // (truncation)
+                                 "object 2 X"});  // WRITE
 }
 
 TEST_CASE("lock plan: handles, saved filehandles and rename", "[bridge]") {
@@ -92,10 +99,10 @@ TEST_CASE("lock plan: handles, saved filehandles and rename", "[bridge]") {
   std::vector<txnfs_bridge_op> ops = {pa, bare(32), pb, rename};
   LockPlan p = plan_locks(ops.data(), uint32_t(ops.size()), 1);
   CHECK_FALSE(p.partial);
-  CHECK(lines(p) == std::vector<std::string>{
-                        "node 4294967303", "object 0 A", "node 9", "object 1 A",
-                        "object 0 IX", "object 1 IX", "entry 0 x X", "entry 1 y X",
-                        "child 0 x", "object 2 X", "child 1 y", "object 3 X"});
+  CHECK(lines(p) == std::vector<std::string>{"node 4294967303", "object 0 A", "node 9",
+                                             "object 1 A", "object 0 IX", "object 1 IX",
+                                             "entry 0 x X", "entry 1 y X", "child 0 x",
+                                             "object 2 X", "child 1 y", "object 3 X"});
 }
 
 TEST_CASE("lock plan: what cannot be named in advance makes it partial", "[bridge]") {
@@ -105,8 +112,8 @@ TEST_CASE("lock plan: what cannot be named in advance makes it partial", "[bridg
       bare(38)};
   LockPlan p = plan_locks(made.data(), uint32_t(made.size()), 1);
   CHECK(p.partial);
-  CHECK(lines(p) == std::vector<std::string>{"node 1", "object 0 A", "object 0 IX",
-                                             "entry 0 d X", "child 0 d", "child 1 f"});
+  CHECK(lines(p) == std::vector<std::string>{"node 1", "object 0 A", "object 0 IX", "entry 0 d X",
+                                             "child 0 d", "child 1 f"});
   // A handle that is not a FUSE object's, and an operation the plan does not know.
   uint8_t junk[8] = {0x41, 0, 0, 0, 3, 0, 0, 0};
   txnfs_bridge_op putfh = bare(22);

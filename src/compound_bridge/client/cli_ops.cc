@@ -46,7 +46,8 @@ uint64_t parse_number(std::string_view text, const std::string &what, int base =
 
 uint32_t parse_u32(std::string_view text, const std::string &what) {
   uint64_t v = parse_number(text, what);
-  if (v > std::numeric_limits<uint32_t>::max()) throw Error(what + " too large: " + std::string(text));
+  if (v > std::numeric_limits<uint32_t>::max())
+    throw Error(what + " too large: " + std::string(text));
   return static_cast<uint32_t>(v);
 }
 
@@ -55,10 +56,17 @@ uint64_t parse_size(std::string_view text, const std::string &what) {
   uint64_t scale = 1;
   if (!text.empty()) {
     switch (std::toupper(static_cast<unsigned char>(text.back()))) {
-      case 'K': scale = uint64_t{1} << 10; break;
-      case 'M': scale = uint64_t{1} << 20; break;
-      case 'G': scale = uint64_t{1} << 30; break;
-      default: break;
+      case 'K':
+        scale = uint64_t{1} << 10;
+        break;
+      case 'M':
+        scale = uint64_t{1} << 20;
+        break;
+      case 'G':
+        scale = uint64_t{1} << 30;
+        break;
+      default:
+        break;
     }
     if (scale != 1) text.remove_suffix(1);
   }
@@ -84,7 +92,8 @@ SetTime parse_time(std::string_view text, const std::string &what) {
   t.time.sec = static_cast<int64_t>(parse_number(text.substr(0, dot), what));
   if (dot != std::string_view::npos) {
     std::string frac(text.substr(dot + 1));
-    if (frac.empty() || frac.size() > 9) throw Error("bad " + what + " '" + std::string(text) + "'");
+    if (frac.empty() || frac.size() > 9)
+      throw Error("bad " + what + " '" + std::string(text) + "'");
     frac.resize(9, '0');
     t.time.nsec = static_cast<uint32_t>(parse_number(frac, what));
   }
@@ -163,13 +172,15 @@ OpSpec parse_op(const std::vector<std::string> &words) {
   std::optional<OpKind> kind = kind_of(words[0]);
   if (!kind) {
     std::string names;
-    for (const Syntax &s : kSyntax) names += (names.empty() ? "" : ", ") + std::string(op_name(s.kind));
+    for (const Syntax &s : kSyntax)
+      names += (names.empty() ? "" : ", ") + std::string(op_name(s.kind));
     throw Error("unknown operation '" + words[0] + "' (one of: " + names + ")");
   }
   OpSpec op;
   op.kind = *kind;
-  const size_t paths = (op.kind == OpKind::kRename || op.kind == OpKind::kLink ||
-                        op.kind == OpKind::kSymlink) ? 2 : 1;
+  const size_t paths =
+      (op.kind == OpKind::kRename || op.kind == OpKind::kLink || op.kind == OpKind::kSymlink) ? 2
+                                                                                              : 1;
   if (words.size() < 1 + paths) usage(op.kind, "missing argument");
   op.path = words[1];
   if (paths == 2) op.path2 = words[2];

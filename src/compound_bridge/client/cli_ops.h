@@ -38,8 +38,8 @@ struct OpSpec {
   OpKind kind = OpKind::kGetattr;
   std::string path;
   std::string path2;  // rename/link: the new name; symlink: the link's path (path: target)
-  DataSource data;                // write
-  uint32_t mode = 0;              // write (0644 unless given), mkdir (0755 unless given)
+  DataSource data;    // write
+  uint32_t mode = 0;  // write (0644 unless given), mkdir (0755 unless given)
   std::optional<uint32_t> count;  // read, readdir: most bytes (default: --read-max)
   std::string out;                // read: where the data goes ("-": stdout)
   SetAttrs attrs;                 // setattr

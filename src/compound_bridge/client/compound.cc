@@ -27,14 +27,17 @@ constexpr stateid4 kAnonymousStateid = {0, {}};
 // Whether OP may change the file system (and so must not run twice).
 bool changes_files(const nfs_argop4 &op) {
   switch (op.argop) {
-    case NFS4_OP_OPEN: return op.nfs_argop4_u.opopen.openhow.opentype == OPEN4_CREATE;
+    case NFS4_OP_OPEN:
+      return op.nfs_argop4_u.opopen.openhow.opentype == OPEN4_CREATE;
     case NFS4_OP_WRITE:
     case NFS4_OP_CREATE:
     case NFS4_OP_REMOVE:
     case NFS4_OP_RENAME:
     case NFS4_OP_LINK:
-    case NFS4_OP_SETATTR: return true;
-    default: return false;
+    case NFS4_OP_SETATTR:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -345,17 +348,39 @@ void Compound::getfh(std::string_view path) {
 
 void Compound::add(const Operation &op) {
   switch (op.kind) {
-    case OpKind::kWrite: write(op.path, op.data, {.mode = op.mode, .stable = op.stable}); break;
-    case OpKind::kRead: read(op.path, op.count); break;
-    case OpKind::kMkdir: mkdir(op.path, op.mode); break;
-    case OpKind::kRemove: remove(op.path); break;
-    case OpKind::kRename: rename(op.path, op.path2); break;
-    case OpKind::kLink: link(op.path, op.path2); break;
-    case OpKind::kSymlink: symlink(op.path, op.path2); break;
-    case OpKind::kSetattr: setattr(op.path, op.attrs); break;
-    case OpKind::kGetattr: getattr(op.path); break;
-    case OpKind::kReaddir: readdir(op.path, op.count); break;
-    case OpKind::kGetfh: getfh(op.path); break;
+    case OpKind::kWrite:
+      write(op.path, op.data, {.mode = op.mode, .stable = op.stable});
+      break;
+    case OpKind::kRead:
+      read(op.path, op.count);
+      break;
+    case OpKind::kMkdir:
+      mkdir(op.path, op.mode);
+      break;
+    case OpKind::kRemove:
+      remove(op.path);
+      break;
+    case OpKind::kRename:
+      rename(op.path, op.path2);
+      break;
+    case OpKind::kLink:
+      link(op.path, op.path2);
+      break;
+    case OpKind::kSymlink:
+      symlink(op.path, op.path2);
+      break;
+    case OpKind::kSetattr:
+      setattr(op.path, op.attrs);
+      break;
+    case OpKind::kGetattr:
+      getattr(op.path);
+      break;
+    case OpKind::kReaddir:
+      readdir(op.path, op.count);
+      break;
+    case OpKind::kGetfh:
+      getfh(op.path);
+      break;
   }
 }
 
@@ -424,7 +449,8 @@ void collect(const nfs_resop4 &res, OpResult &out) {
       out.fh.assign(fh.nfs_fh4_val, fh.nfs_fh4_val + fh.nfs_fh4_len);
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 

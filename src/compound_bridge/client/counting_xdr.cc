@@ -32,9 +32,9 @@ u_int CountingXdr::get_pos(XDR *xdrs) {
 
 CountingXdr::CountingXdr() {
   static const rpc_xdr::xdr_ops ops = {
-      fail_unit, put_unit, fail_bytes, put_bytes, get_pos, fail_setpos, no_destroy,
-      fail_control, fail_bufs, fail_bufs, fail_newbuf, fail_iovcount, fail_fillbufs,
-      fail_allochdrs,
+      fail_unit,   put_unit,      fail_bytes,    put_bytes,      get_pos,
+      fail_setpos, no_destroy,    fail_control,  fail_bufs,      fail_bufs,
+      fail_newbuf, fail_iovcount, fail_fillbufs, fail_allochdrs,
   };
   xdr_.x_ops = &ops;
   xdr_.x_op = XDR_ENCODE;

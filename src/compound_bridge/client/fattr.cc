@@ -126,19 +126,44 @@ std::optional<AttrValues> decode_attrs(const bitmap4 &mask, std::string_view val
   for (uint32_t attr = 0; attr < 32 * mask.bitmap4_len; attr++) {
     if (!(mask.map[attr / 32] & (1u << (attr % 32)))) continue;
     switch (attr) {
-      case FATTR4_TYPE: v.file.type = r.u32(); break;
-      case FATTR4_CHANGE: v.file.change = r.u64(); break;
-      case FATTR4_SIZE: v.file.size = r.u64(); break;
-      case FATTR4_FILEID: v.file.fileid = r.u64(); break;
-      case FATTR4_MAXREAD: v.max_read = r.u64(); break;
-      case FATTR4_MAXWRITE: v.max_write = r.u64(); break;
-      case FATTR4_MODE: v.file.mode = r.u32(); break;
-      case FATTR4_NUMLINKS: v.file.nlink = r.u32(); break;
-      case FATTR4_OWNER: v.file.owner = r.str(); break;
-      case FATTR4_OWNER_GROUP: v.file.group = r.str(); break;
-      case FATTR4_TIME_ACCESS: v.file.atime = r.time(); break;
-      case FATTR4_TIME_MODIFY: v.file.mtime = r.time(); break;
-      default: return std::nullopt;  // not asked for: its length is unknown here
+      case FATTR4_TYPE:
+        v.file.type = r.u32();
+        break;
+      case FATTR4_CHANGE:
+        v.file.change = r.u64();
+        break;
+      case FATTR4_SIZE:
+        v.file.size = r.u64();
+        break;
+      case FATTR4_FILEID:
+        v.file.fileid = r.u64();
+        break;
+      case FATTR4_MAXREAD:
+        v.max_read = r.u64();
+        break;
+      case FATTR4_MAXWRITE:
+        v.max_write = r.u64();
+        break;
+      case FATTR4_MODE:
+        v.file.mode = r.u32();
+        break;
+      case FATTR4_NUMLINKS:
+        v.file.nlink = r.u32();
+        break;
+      case FATTR4_OWNER:
+        v.file.owner = r.str();
+        break;
+      case FATTR4_OWNER_GROUP:
+        v.file.group = r.str();
+        break;
+      case FATTR4_TIME_ACCESS:
+        v.file.atime = r.time();
+        break;
+      case FATTR4_TIME_MODIFY:
+        v.file.mtime = r.time();
+        break;
+      default:
+        return std::nullopt;  // not asked for: its length is unknown here
     }
     if (!r.ok) return std::nullopt;
   }

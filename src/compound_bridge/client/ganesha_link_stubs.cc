@@ -16,13 +16,12 @@ extern "C" {
 
 log_levels_t *component_log_level = no_logging;
 
-void DisplayLogComponentLevel(log_components_t, const char *, int, const char *,
-                              log_levels_t, const char *, ...) {}
+void DisplayLogComponentLevel(log_components_t, const char *, int, const char *, log_levels_t,
+                              const char *, ...) {}
 
-void LogMallocFailure(const char *file, int line, const char *function,
-                      const char *allocator) {
-  std::fprintf(stderr, "txnfs-nfs: out of memory in %s (%s at %s:%d)\n", function, allocator,
-               file, line);
+void LogMallocFailure(const char *file, int line, const char *function, const char *allocator) {
+  std::fprintf(stderr, "txnfs-nfs: out of memory in %s (%s at %s:%d)\n", function, allocator, file,
+               line);
   std::abort();
 }
 

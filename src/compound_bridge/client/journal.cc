@@ -49,9 +49,7 @@ const std::string &Journal::dir() const { return dir_->path(); }
 const std::string &Journal::id() const { return dir_->state().id; }
 std::string Journal::marker_path() const { return fmt::format("/{}/{}", kMarkerDir, id()); }
 
-std::vector<uint64_t> Journal::kept() const {
-  return {dir_->kept().begin(), dir_->kept().end()};
-}
+std::vector<uint64_t> Journal::kept() const { return {dir_->kept().begin(), dir_->kept().end()}; }
 
 JournalEntry Journal::entry(uint64_t seq) const { return dir_->load(seq, false); }
 
@@ -63,14 +61,15 @@ void Journal::ensure_marker(Client &client, const Executor &execute) {
   mk.mkdir(fmt::format("/{}", kMarkerDir), 01777);  // every user's markers, as in /tmp
   CompoundResult r = execute(mk, "");
   if (!r.ok() && r.status != kNfs4ErrExist) {
-    throw Error(fmt::format("journal: cannot create the marker directory /{}: {}", kMarkerDir,
-                            failure(r)));
+    throw Error(
+        fmt::format("journal: cannot create the marker directory /{}: {}", kMarkerDir, failure(r)));
   }
   Compound w(client);
   std::string text = marker_text(dir_->state().durable);
   w.write(marker_path(), text);
   r = execute(w, "txn");
-  if (!r.ok()) throw Error(fmt::format("journal: cannot create the marker {}: {}", marker_path(), failure(r)));
+  if (!r.ok())
+    throw Error(fmt::format("journal: cannot create the marker {}: {}", marker_path(), failure(r)));
   JournalState s = dir_->state();
   s.marker = true;
   dir_->save_state(s);
@@ -86,23 +85,28 @@ uint64_t Journal::read_marker(Client &client, std::string_view tag, const Execut
         "which COMPOUNDs took effect (another server or export? was it removed?)",
         dir(), marker_path()));
   }
-  if (!r.ok()) throw Error(fmt::format("journal: cannot read the marker {}: {}", marker_path(), failure(r)));
+  if (!r.ok())
+    throw Error(fmt::format("journal: cannot read the marker {}: {}", marker_path(), failure(r)));
   const std::string &text = r.ops[0].data;
   std::optional<uint64_t> s = parse_marker(text);
   if (!s) {
-    throw Error(fmt::format("journal {}: the marker {} is garbled (it holds '{}', not a "
-                            "sequence number)", dir(), marker_path(), text.substr(0, 40)));
+    throw Error(
+        fmt::format("journal {}: the marker {} is garbled (it holds '{}', not a "
+                    "sequence number)",
+                    dir(), marker_path(), text.substr(0, 40)));
   }
   uint64_t last = dir_->next() - 1;
   if (*s > last) {
-    throw Error(fmt::format("journal {}: the marker {} says {}, but the journal's last "
-                            "COMPOUND is {} (a copy of this journal in use elsewhere?)",
-                            dir(), marker_path(), *s, last));
+    throw Error(
+        fmt::format("journal {}: the marker {} says {}, but the journal's last "
+                    "COMPOUND is {} (a copy of this journal in use elsewhere?)",
+                    dir(), marker_path(), *s, last));
   }
   if (*s < dir_->state().durable) {
-    throw Error(fmt::format("journal {}: the marker {} says {}, but COMPOUNDs up to {} were "
-                            "durable (the marker was changed, or the server lost durable data)",
-                            dir(), marker_path(), *s, dir_->state().durable));
+    throw Error(
+        fmt::format("journal {}: the marker {} says {}, but COMPOUNDs up to {} were "
+                    "durable (the marker was changed, or the server lost durable data)",
+                    dir(), marker_path(), *s, dir_->state().durable));
   }
   return *s;
 }
@@ -134,9 +138,10 @@ std::vector<uint64_t> Journal::resend_after(Client &client, uint64_t marker,
     Built b(client, e, marker_path());
     CompoundResult r = execute(b.compound, e.tag);
     if (!r.ok()) {
-      throw Error(fmt::format("journal {}: COMPOUND {} was lost by the server and failed when "
-                              "sent again: {}; the journal keeps it and the ones after it",
-                              dir(), seq, failure(r)));
+      throw Error(
+          fmt::format("journal {}: COMPOUND {} was lost by the server and failed when "
+                      "sent again: {}; the journal keeps it and the ones after it",
+                      dir(), seq, failure(r)));
     }
     e.verifier = r.ops.back().verifier;
     dir_->save(e, false);
@@ -150,8 +155,8 @@ Fit Journal::fit(Client &client, const std::vector<Operation> &ops, std::string_
   return Built(client, e, marker_path()).compound.fit(tag);
 }
 
-Journal::Sent Journal::send(Client &client, const std::vector<Operation> &ops,
-                            std::string_view tag, const Executor &executor) {
+Journal::Sent Journal::send(Client &client, const std::vector<Operation> &ops, std::string_view tag,
+                            const Executor &executor) {
   const Executor &execute = executor ? executor : plain_execute;
   if (!tag.starts_with("txn")) {
     throw Error("journal: a journaled COMPOUND must be a transaction (tag txn...), not '" +
@@ -174,8 +179,10 @@ Journal::Sent Journal::send(Client &client, const std::vector<Operation> &ops,
     dir_->remove(e.seq, true);
     throw;
   } catch (const Error &ex) {
-    throw Error(fmt::format("{}; COMPOUND {} stays pending in the journal: its next use asks "
-                            "the server whether it took effect", ex.what(), e.seq));
+    throw Error(
+        fmt::format("{}; COMPOUND {} stays pending in the journal: its next use asks "
+                    "the server whether it took effect",
+                    ex.what(), e.seq));
   }
   if (!sent.result.ok()) {  // a transaction: rolled back, marker included
     dir_->remove(e.seq, true);
@@ -193,8 +200,8 @@ Journal::Synced Journal::sync(Client &client, const Executor &executor) {
   std::set<uint64_t> resent;
   for (;;) {
     if (++out.rounds > kMaxSyncRounds) {
-      throw Error(fmt::format("journal {}: the server lost COMPOUNDs {} times in a row",
-                              dir(), kMaxSyncRounds));
+      throw Error(fmt::format("journal {}: the server lost COMPOUNDs {} times in a row", dir(),
+                              kMaxSyncRounds));
     }
     // Its durable commit makes every earlier lazy commit durable: what it read is durable.
     uint64_t marker = read_marker(client, "txn", execute);

@@ -84,11 +84,11 @@ class Journal {
             const Executor &execute = {});
 
   struct Synced {
-    size_t durable = 0;  // entries found durable as first sent (no longer kept)
-    size_t resent = 0;   // entries found lost and sent again (durable now, no longer kept)
-    size_t dropped = 0;  // pending COMPOUNDs found not to have taken effect
-    uint64_t marker = 0; // the marker's last value
-    int rounds = 0;      // durable marker reads
+    size_t durable = 0;   // entries found durable as first sent (no longer kept)
+    size_t resent = 0;    // entries found lost and sent again (durable now, no longer kept)
+    size_t dropped = 0;   // pending COMPOUNDs found not to have taken effect
+    uint64_t marker = 0;  // the marker's last value
+    int rounds = 0;       // durable marker reads
   };
   // Makes everything durable and keeps nothing. Throws as send() does.
   Synced sync(Client &client, const Executor &execute = {});

@@ -65,8 +65,8 @@ JournalDir::JournalDir(const std::string &dir) : dir_(dir) {
   }
   dir_fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd_ < 0) {
-    throw Error(fmt::format("journal {}: {}", dir_,
-                            errno == ENOTDIR ? "not a directory" : errno_text()));
+    throw Error(
+        fmt::format("journal {}: {}", dir_, errno == ENOTDIR ? "not a directory" : errno_text()));
   }
   try {
     std::vector<std::string> names = names_in(dir_fd_, dir_);
@@ -75,15 +75,19 @@ JournalDir::JournalDir(const std::string &dir) : dir_(dir) {
     if (!has_state) {
       for (const std::string &n : names) {
         if (n != kLockFile) {
-          throw Error(fmt::format("journal {}: not a txnfs-nfs journal (no {} file, and the "
-                                  "directory is not empty: it holds {})", dir_, kStateFile, n));
+          throw Error(
+              fmt::format("journal {}: not a txnfs-nfs journal (no {} file, and the "
+                          "directory is not empty: it holds {})",
+                          dir_, kStateFile, n));
         }
       }
     }
     lock_fd_ = openat(dir_fd_, kLockFile, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (lock_fd_ < 0) throw Error(fmt::format("journal {}: cannot open its lock: {}", dir_, errno_text()));
+    if (lock_fd_ < 0)
+      throw Error(fmt::format("journal {}: cannot open its lock: {}", dir_, errno_text()));
     while (flock(lock_fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) throw Error(fmt::format("journal {}: cannot lock it: {}", dir_, errno_text()));
+      if (errno != EINTR)
+        throw Error(fmt::format("journal {}: cannot lock it: {}", dir_, errno_text()));
     }
     // Under the lock: another process may have created the state meanwhile.
     if (faccessat(dir_fd_, kStateFile, F_OK, 0) != 0) {
@@ -129,7 +133,8 @@ void JournalDir::scan() {
       pending.erase(p);
     }
   }
-  if (pending.size() > 1 || (!pending.empty() && !kept_.empty() && *pending.begin() < *kept_.rbegin())) {
+  if (pending.size() > 1 ||
+      (!pending.empty() && !kept_.empty() && *pending.begin() < *kept_.rbegin())) {
     throw Error(fmt::format("journal {}: garbled: a pending entry that is not the latest", dir_));
   }
   if (!pending.empty()) pending_ = *pending.begin();
@@ -157,7 +162,8 @@ JournalEntry JournalDir::load(uint64_t seq, bool pending) const {
   } catch (const Error &ex) {
     throw Error(fmt::format("journal entry {}: {}", what, ex.what()));
   }
-  if (e.seq != seq) throw Error(fmt::format("journal entry {}: holds sequence number {}", what, e.seq));
+  if (e.seq != seq)
+    throw Error(fmt::format("journal entry {}: holds sequence number {}", what, e.seq));
   return e;
 }
 
@@ -181,7 +187,8 @@ void JournalDir::remove(uint64_t seq, bool pending) {
 void JournalDir::keep_pending() {
   if (!pending_) return;
   uint64_t seq = *pending_;
-  if (renameat(dir_fd_, entry_name(seq, true).c_str(), dir_fd_, entry_name(seq, false).c_str()) != 0) {
+  if (renameat(dir_fd_, entry_name(seq, true).c_str(), dir_fd_, entry_name(seq, false).c_str()) !=
+      0) {
     throw Error(fmt::format("journal {}: cannot rename entry {}: {}", dir_, seq, errno_text()));
   }
   sync_dir();

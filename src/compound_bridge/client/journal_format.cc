@@ -87,7 +87,8 @@ JournalState decode_state(std::string_view text) {
   } catch (const json::exception &e) {
     throw Error(std::string("garbled journal state: ") + e.what());
   }
-  if (s.id.size() != 32 || !is_hex(s.id)) throw Error("garbled journal state: bad id '" + s.id + "'");
+  if (s.id.size() != 32 || !is_hex(s.id))
+    throw Error("garbled journal state: bad id '" + s.id + "'");
   if (s.next < 1 || s.durable >= s.next) {
     throw Error(fmt::format("garbled journal state: next {} durable {}", s.next, s.durable));
   }
@@ -114,15 +115,24 @@ std::string encode_entry(const JournalEntry &e) {
         j["data"] = op.data.size();
         data += op.data;
         break;
-      case OpKind::kMkdir: j["mode"] = op.mode; break;
+      case OpKind::kMkdir:
+        j["mode"] = op.mode;
+        break;
       case OpKind::kRead:
-      case OpKind::kReaddir: j["count"] = op.count; break;
-      case OpKind::kSetattr: j["attrs"] = attrs_json(op.attrs); break;
-      default: break;
+      case OpKind::kReaddir:
+        j["count"] = op.count;
+        break;
+      case OpKind::kSetattr:
+        j["attrs"] = attrs_json(op.attrs);
+        break;
+      default:
+        break;
     }
     ops.push_back(std::move(j));
   }
-  json head = {{"seq", e.seq}, {"tag", e.tag}, {"verifier", verifier_hex(e.verifier)},
+  json head = {{"seq", e.seq},
+               {"tag", e.tag},
+               {"verifier", verifier_hex(e.verifier)},
                {"ops", std::move(ops)}};
   std::string line;
   try {
@@ -168,7 +178,8 @@ JournalEntry decode_entry(std::string_view bytes) {
   } catch (const json::exception &ex) {
     throw Error(std::string("garbled journal entry: ") + ex.what());
   }
-  if (!data.empty()) throw Error(fmt::format("garbled journal entry: {} bytes after its data", data.size()));
+  if (!data.empty())
+    throw Error(fmt::format("garbled journal entry: {} bytes after its data", data.size()));
   if (e.seq == 0) throw Error("garbled journal entry: sequence number 0");
   return e;
 }

@@ -30,10 +30,10 @@ inline constexpr std::string_view kLazyTag = "txn-lazy";
 inline constexpr std::string_view kMarkerDir = ".txnfs-nfs";
 
 struct JournalState {
-  std::string id;         // 32 lower-case hex digits, random: the marker's name
-  uint64_t next = 1;      // the sequence number the next new COMPOUND gets
-  uint64_t durable = 0;   // every COMPOUND up to this number is durable (no longer kept)
-  bool marker = false;    // the marker exists on the server (holding at least `durable`)
+  std::string id;        // 32 lower-case hex digits, random: the marker's name
+  uint64_t next = 1;     // the sequence number the next new COMPOUND gets
+  uint64_t durable = 0;  // every COMPOUND up to this number is durable (no longer kept)
+  bool marker = false;   // the marker exists on the server (holding at least `durable`)
 
   bool operator==(const JournalState &) const = default;
 };
@@ -46,8 +46,8 @@ std::string new_journal_id();
 
 struct JournalEntry {
   uint64_t seq = 0;
-  std::string tag;       // sent with this tag (again, when it is sent again)
-  std::string verifier;  // 8 bytes: the write verifier its marker WRITE got; empty if unknown
+  std::string tag;             // sent with this tag (again, when it is sent again)
+  std::string verifier;        // 8 bytes: the write verifier its marker WRITE got; empty if unknown
   std::vector<Operation> ops;  // without the marker write
 
   bool operator==(const JournalEntry &) const = default;

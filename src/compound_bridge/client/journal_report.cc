@@ -15,7 +15,8 @@ std::string journal_line(const Journal &journal, const Journal::Sent &sent) {
     line += fmt::format(" {} whose reply was never seen had not taken effect (dropped);",
                         compounds(sent.dropped));
   }
-  if (sent.resent) line += fmt::format(" {} lost by the server sent again first;", compounds(sent.resent));
+  if (sent.resent)
+    line += fmt::format(" {} lost by the server sent again first;", compounds(sent.resent));
   if (sent.result.ok()) {
     line += fmt::format(" COMPOUND {} kept ({} kept in {})", sent.seq, journal.kept().size(),
                         journal.dir());
@@ -38,12 +39,13 @@ nlohmann::ordered_json journal_json(const Journal &journal, const Journal::Sent 
 
 std::string sync_line(const Journal::Synced &s) {
   std::string line = fmt::format("sync: {} durable, {} lost and sent again", s.durable, s.resent);
-  if (s.dropped) line += fmt::format(", {} never answered and not taken effect (dropped)", s.dropped);
+  if (s.dropped)
+    line += fmt::format(", {} never answered and not taken effect (dropped)", s.dropped);
   return line + fmt::format(" (marker {})", s.marker);
 }
 
 nlohmann::ordered_json sync_json(const Journal::Synced &s) {
-  return {{"status", "ok"},      {"durable", s.durable}, {"resent", s.resent},
+  return {{"status", "ok"},       {"durable", s.durable}, {"resent", s.resent},
           {"dropped", s.dropped}, {"marker", s.marker},   {"rounds", s.rounds}};
 }
 

@@ -70,7 +70,7 @@ struct ClientOptions {
 // What the session granted (CREATE_SESSION) and what the export allows per READ/WRITE
 // (FATTR4_MAXREAD/MAXWRITE of its root).
 struct SessionLimits {
-  uint32_t max_request = 0;     // bytes of an RPC call, headers included
+  uint32_t max_request = 0;  // bytes of an RPC call, headers included
   uint32_t max_response = 0;
   uint32_t max_operations = 0;  // NFS operations per COMPOUND, SEQUENCE included
   uint64_t max_read = 0;
@@ -138,8 +138,19 @@ struct FileAttrs {
 // "reg", "dir", "lnk", "blk", "chr", "sock", "fifo", or the number.
 std::string type_name(uint32_t type);
 
-enum class OpKind { kWrite, kRead, kMkdir, kRemove, kRename, kLink, kSymlink, kSetattr,
-                    kGetattr, kReaddir, kGetfh };
+enum class OpKind {
+  kWrite,
+  kRead,
+  kMkdir,
+  kRemove,
+  kRename,
+  kLink,
+  kSymlink,
+  kSetattr,
+  kGetattr,
+  kReaddir,
+  kGetfh
+};
 
 // "write", "read", ... (the CLI's operation names).
 std::string_view op_name(OpKind kind);
@@ -160,9 +171,9 @@ struct OpResult {
   uint32_t status = kNfs4Ok;  // kFailed: the status of the NFS operation that failed
   std::string failed_at;      // kFailed: that NFS operation, e.g. "LOOKUP b" or "OPEN"
 
-  uint64_t bytes = 0;      // write: bytes the server acknowledged; read: bytes returned
-  uint64_t requested = 0;  // write: bytes sent; read: most bytes asked for
-  bool eof = false;        // read: the end of the file was reached; readdir: of the listing
+  uint64_t bytes = 0;              // write: bytes the server acknowledged; read: bytes returned
+  uint64_t requested = 0;          // write: bytes sent; read: most bytes asked for
+  bool eof = false;                // read: the end of the file was reached; readdir: of the listing
   std::string data;                // read
   std::optional<FileAttrs> attrs;  // getattr; read (the size at open)
   std::vector<std::string> names;  // readdir
@@ -200,12 +211,12 @@ struct CompoundResult {
 struct Operation {
   OpKind kind = OpKind::kGetattr;
   std::string path;
-  std::string path2;     // rename/link: the new name; symlink: the path (path: the target)
-  std::string data;      // write
-  uint32_t mode = 0;     // write, mkdir
-  bool stable = false;   // write: FILE_SYNC4
-  uint32_t count = 0;    // read, readdir: most bytes
-  SetAttrs attrs;        // setattr
+  std::string path2;    // rename/link: the new name; symlink: the path (path: the target)
+  std::string data;     // write
+  uint32_t mode = 0;    // write, mkdir
+  bool stable = false;  // write: FILE_SYNC4
+  uint32_t count = 0;   // read, readdir: most bytes
+  SetAttrs attrs;       // setattr
 
   bool operator==(const Operation &) const = default;
 };

@@ -133,60 +133,103 @@ std::string status_name(uint32_t status) {
 
 std::string type_name(uint32_t type) {
   switch (type) {
-    case NF4REG: return "reg";
-    case NF4DIR: return "dir";
-    case NF4BLK: return "blk";
-    case NF4CHR: return "chr";
-    case NF4LNK: return "lnk";
-    case NF4SOCK: return "sock";
-    case NF4FIFO: return "fifo";
-    default: return std::to_string(type);
+    case NF4REG:
+      return "reg";
+    case NF4DIR:
+      return "dir";
+    case NF4BLK:
+      return "blk";
+    case NF4CHR:
+      return "chr";
+    case NF4LNK:
+      return "lnk";
+    case NF4SOCK:
+      return "sock";
+    case NF4FIFO:
+      return "fifo";
+    default:
+      return std::to_string(type);
   }
 }
 
 std::string_view op_name(OpKind kind) {
   switch (kind) {
-    case OpKind::kWrite: return "write";
-    case OpKind::kRead: return "read";
-    case OpKind::kMkdir: return "mkdir";
-    case OpKind::kRemove: return "remove";
-    case OpKind::kRename: return "rename";
-    case OpKind::kLink: return "link";
-    case OpKind::kSymlink: return "symlink";
-    case OpKind::kSetattr: return "setattr";
-    case OpKind::kGetattr: return "getattr";
-    case OpKind::kReaddir: return "readdir";
-    case OpKind::kGetfh: return "getfh";
+    case OpKind::kWrite:
+      return "write";
+    case OpKind::kRead:
+      return "read";
+    case OpKind::kMkdir:
+      return "mkdir";
+    case OpKind::kRemove:
+      return "remove";
+    case OpKind::kRename:
+      return "rename";
+    case OpKind::kLink:
+      return "link";
+    case OpKind::kSymlink:
+      return "symlink";
+    case OpKind::kSetattr:
+      return "setattr";
+    case OpKind::kGetattr:
+      return "getattr";
+    case OpKind::kReaddir:
+      return "readdir";
+    case OpKind::kGetfh:
+      return "getfh";
   }
   return "?";
 }
 
 std::string nfs_op_name(nfs_opnum4 op) {
   switch (op) {
-    case NFS4_OP_CLOSE: return "CLOSE";
-    case NFS4_OP_CREATE: return "CREATE";
-    case NFS4_OP_GETATTR: return "GETATTR";
-    case NFS4_OP_GETFH: return "GETFH";
-    case NFS4_OP_LINK: return "LINK";
-    case NFS4_OP_LOOKUP: return "LOOKUP";
-    case NFS4_OP_OPEN: return "OPEN";
-    case NFS4_OP_PUTFH: return "PUTFH";
-    case NFS4_OP_PUTROOTFH: return "PUTROOTFH";
-    case NFS4_OP_READ: return "READ";
-    case NFS4_OP_READDIR: return "READDIR";
-    case NFS4_OP_REMOVE: return "REMOVE";
-    case NFS4_OP_RENAME: return "RENAME";
-    case NFS4_OP_SAVEFH: return "SAVEFH";
-    case NFS4_OP_SETATTR: return "SETATTR";
-    case NFS4_OP_WRITE: return "WRITE";
-    case NFS4_OP_EXCHANGE_ID: return "EXCHANGE_ID";
-    case NFS4_OP_CREATE_SESSION: return "CREATE_SESSION";
-    case NFS4_OP_DESTROY_SESSION: return "DESTROY_SESSION";
-    case NFS4_OP_DESTROY_CLIENTID: return "DESTROY_CLIENTID";
-    case NFS4_OP_RECLAIM_COMPLETE: return "RECLAIM_COMPLETE";
-    case NFS4_OP_SEQUENCE: return "SEQUENCE";
-    case NFS4_OP_ILLEGAL: return "ILLEGAL";
-    default: return "OP" + std::to_string(static_cast<int>(op));
+    case NFS4_OP_CLOSE:
+      return "CLOSE";
+    case NFS4_OP_CREATE:
+      return "CREATE";
+    case NFS4_OP_GETATTR:
+      return "GETATTR";
+    case NFS4_OP_GETFH:
+      return "GETFH";
+    case NFS4_OP_LINK:
+      return "LINK";
+    case NFS4_OP_LOOKUP:
+      return "LOOKUP";
+    case NFS4_OP_OPEN:
+      return "OPEN";
+    case NFS4_OP_PUTFH:
+      return "PUTFH";
+    case NFS4_OP_PUTROOTFH:
+      return "PUTROOTFH";
+    case NFS4_OP_READ:
+      return "READ";
+    case NFS4_OP_READDIR:
+      return "READDIR";
+    case NFS4_OP_REMOVE:
+      return "REMOVE";
+    case NFS4_OP_RENAME:
+      return "RENAME";
+    case NFS4_OP_SAVEFH:
+      return "SAVEFH";
+    case NFS4_OP_SETATTR:
+      return "SETATTR";
+    case NFS4_OP_WRITE:
+      return "WRITE";
+    case NFS4_OP_EXCHANGE_ID:
+      return "EXCHANGE_ID";
+    case NFS4_OP_CREATE_SESSION:
+      return "CREATE_SESSION";
+    case NFS4_OP_DESTROY_SESSION:
+      return "DESTROY_SESSION";
+    case NFS4_OP_DESTROY_CLIENTID:
+      return "DESTROY_CLIENTID";
+    case NFS4_OP_RECLAIM_COMPLETE:
+      return "RECLAIM_COMPLETE";
+    case NFS4_OP_SEQUENCE:
+      return "SEQUENCE";
+    case NFS4_OP_ILLEGAL:
+      return "ILLEGAL";
+    default:
+      return "OP" + std::to_string(static_cast<int>(op));
   }
 }
 
@@ -197,15 +240,20 @@ std::string describe_op(const nfs_argop4 &op) {
   };
   const auto &u = op.nfs_argop4_u;
   switch (op.argop) {
-    case NFS4_OP_LOOKUP: return with(u.oplookup.objname);
-    case NFS4_OP_REMOVE: return with(u.opremove.target);
-    case NFS4_OP_CREATE: return with(u.opcreate.objname);
-    case NFS4_OP_LINK: return with(u.oplink.newname);
-    case NFS4_OP_RENAME: return with(u.oprename.oldname);
+    case NFS4_OP_LOOKUP:
+      return with(u.oplookup.objname);
+    case NFS4_OP_REMOVE:
+      return with(u.opremove.target);
+    case NFS4_OP_CREATE:
+      return with(u.opcreate.objname);
+    case NFS4_OP_LINK:
+      return with(u.oplink.newname);
+    case NFS4_OP_RENAME:
+      return with(u.oprename.oldname);
     case NFS4_OP_OPEN:
-      return u.opopen.claim.claim == CLAIM_NULL ? with(u.opopen.claim.open_claim4_u.file)
-                                                : name;
-    default: return name;
+      return u.opopen.claim.claim == CLAIM_NULL ? with(u.opopen.claim.open_claim4_u.file) : name;
+    default:
+      return name;
   }
 }
 

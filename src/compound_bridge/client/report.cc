@@ -21,20 +21,28 @@ std::string paths(const OpResult &op) {
 }
 
 nlohmann::ordered_json attrs_json(const FileAttrs &a) {
-  return {{"type", type_name(a.type)}, {"mode", fmt::format("{:04o}", a.mode)},
-          {"size", a.size},           {"nlink", a.nlink},
-          {"owner", a.owner},         {"group", a.group},
-          {"atime", time_text(a.atime)}, {"mtime", time_text(a.mtime)},
-          {"change", a.change},       {"fileid", a.fileid}};
+  return {{"type", type_name(a.type)},
+          {"mode", fmt::format("{:04o}", a.mode)},
+          {"size", a.size},
+          {"nlink", a.nlink},
+          {"owner", a.owner},
+          {"group", a.group},
+          {"atime", time_text(a.atime)},
+          {"mtime", time_text(a.mtime)},
+          {"change", a.change},
+          {"fileid", a.fileid}};
 }
 
 }  // namespace
 
 std::string op_status(const OpResult &op) {
   switch (op.state) {
-    case OpResult::State::kOk: return "ok";
-    case OpResult::State::kFailed: return status_name(op.status);
-    case OpResult::State::kNotRun: return "not run";
+    case OpResult::State::kOk:
+      return "ok";
+    case OpResult::State::kFailed:
+      return status_name(op.status);
+    case OpResult::State::kNotRun:
+      return "not run";
   }
   return "?";
 }
@@ -42,11 +50,9 @@ std::string op_status(const OpResult &op) {
 std::string incomplete(const OpResult &op, bool whole_file) {
   if (op.state != OpResult::State::kOk) return "";
   if (op.kind == OpKind::kWrite && op.bytes != op.requested) {
-    return fmt::format("write {}: the server took {} of {} bytes", op.path, op.bytes,
-                       op.requested);
+    return fmt::format("write {}: the server took {} of {} bytes", op.path, op.bytes, op.requested);
   }
-  if (op.kind == OpKind::kRead && whole_file && !op.eof && op.attrs &&
-      op.bytes < op.attrs->size) {
+  if (op.kind == OpKind::kRead && whole_file && !op.eof && op.attrs && op.bytes < op.attrs->size) {
     return fmt::format("read {}: got the first {} of {} bytes; give --count (or --read-max)",
                        op.path, op.bytes, op.attrs->size);
   }
@@ -82,8 +88,11 @@ std::string op_line(const OpResult &op) {
     case OpKind::kReaddir:
       line += fmt::format(" {} entries {}", op.names.size(), op.eof ? "eof" : "more");
       break;
-    case OpKind::kGetfh: line += " fh:" + to_hex(op.fh); break;
-    default: break;
+    case OpKind::kGetfh:
+      line += " fh:" + to_hex(op.fh);
+      break;
+    default:
+      break;
   }
   return line;
 }
@@ -100,8 +109,8 @@ void print_text(std::ostream &out, const CompoundResult &r, const RunInfo &info)
   out << fmt::format(
       "compound {}: tag={} ops={} nfs_ops={} request_bytes={} reply_bytes={} retries={} "
       "time={:.3f}ms\n",
-      status, r.tag.empty() ? "''" : r.tag, r.ops.size(), r.nfs_ops, r.request_bytes,
-      r.reply_bytes, info.retries, info.elapsed_ms);
+      status, r.tag.empty() ? "''" : r.tag, r.ops.size(), r.nfs_ops, r.request_bytes, r.reply_bytes,
+      info.retries, info.elapsed_ms);
 }
 
 nlohmann::ordered_json to_json(const CompoundResult &r, const RunInfo &info) {
@@ -123,21 +132,31 @@ nlohmann::ordered_json to_json(const CompoundResult &r, const RunInfo &info) {
           j["eof"] = op.eof;
           if (op.attrs) j["size"] = op.attrs->size;
           break;
-        case OpKind::kGetattr: j["attrs"] = attrs_json(*op.attrs); break;
+        case OpKind::kGetattr:
+          j["attrs"] = attrs_json(*op.attrs);
+          break;
         case OpKind::kReaddir:
           j["names"] = op.names;
           j["eof"] = op.eof;
           break;
-        case OpKind::kGetfh: j["fh"] = to_hex(op.fh); break;
-        default: break;
+        case OpKind::kGetfh:
+          j["fh"] = to_hex(op.fh);
+          break;
+        default:
+          break;
       }
     }
     ops.push_back(std::move(j));
   }
-  nlohmann::ordered_json j = {{"status", status_name(r.status)}, {"tag", r.tag}, {"ops", ops},
-                      {"nfs_ops", r.nfs_ops},           {"nfs_results", r.nfs_results},
-                      {"request_bytes", r.request_bytes}, {"reply_bytes", r.reply_bytes},
-                      {"retries", info.retries},        {"time_ms", info.elapsed_ms}};
+  nlohmann::ordered_json j = {{"status", status_name(r.status)},
+                              {"tag", r.tag},
+                              {"ops", ops},
+                              {"nfs_ops", r.nfs_ops},
+                              {"nfs_results", r.nfs_results},
+                              {"request_bytes", r.request_bytes},
+                              {"reply_bytes", r.reply_bytes},
+                              {"retries", info.retries},
+                              {"time_ms", info.elapsed_ms}};
   if (!r.failed_at.empty()) j["failed_at"] = r.failed_at;
   return j;
 }
@@ -145,21 +164,23 @@ nlohmann::ordered_json to_json(const CompoundResult &r, const RunInfo &info) {
 std::string fit_message(const Fit &fit, size_t ops) {
   std::string why;
   if (fit.nfs_ops > fit.max_operations) {
-    why = fmt::format("{} NFS operations (the session allows {})", fit.nfs_ops,
-                      fit.max_operations);
+    why = fmt::format("{} NFS operations (the session allows {})", fit.nfs_ops, fit.max_operations);
   }
   if (fit.request_bytes > fit.max_request) {
     why += fmt::format("{}{} request bytes (the session allows {})", why.empty() ? "" : ", ",
                        fit.request_bytes, fit.max_request);
   }
-  return fmt::format("the COMPOUND does not fit: {}; the first {} of its {} operations fit",
-                     why, fit.ops_that_fit, ops);
+  return fmt::format("the COMPOUND does not fit: {}; the first {} of its {} operations fit", why,
+                     fit.ops_that_fit, ops);
 }
 
 nlohmann::ordered_json fit_json(const Fit &fit, size_t ops) {
-  return {{"status", "does not fit"},         {"ops", ops},
-          {"ops_that_fit", fit.ops_that_fit}, {"nfs_ops", fit.nfs_ops},
-          {"max_operations", fit.max_operations}, {"request_bytes", fit.request_bytes},
+  return {{"status", "does not fit"},
+          {"ops", ops},
+          {"ops_that_fit", fit.ops_that_fit},
+          {"nfs_ops", fit.nfs_ops},
+          {"max_operations", fit.max_operations},
+          {"request_bytes", fit.request_bytes},
           {"max_request", fit.max_request}};
 }
 

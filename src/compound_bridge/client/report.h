@@ -16,8 +16,8 @@
 namespace txnfs::nfs::cli {
 
 struct RunInfo {
-  int retries = 0;          // times the COMPOUND was sent again after NFS4ERR_DELAY
-  double elapsed_ms = 0;    // of the last send, reply included
+  int retries = 0;        // times the COMPOUND was sent again after NFS4ERR_DELAY
+  double elapsed_ms = 0;  // of the last send, reply included
 };
 
 // "ok", the error name, or "not run".

@@ -179,8 +179,7 @@ void RpcTransport::read_reply() {
   }
 }
 
-void RpcTransport::call(uint32_t proc, size_t args_bytes,
-                        const std::function<bool(XDR *)> &encode,
+void RpcTransport::call(uint32_t proc, size_t args_bytes, const std::function<bool(XDR *)> &encode,
                         const std::function<bool(XDR *)> &decode) {
   if (broken_) throw Error("the connection to " + peer_ + " failed earlier");
   size_t message = header_bytes_ + args_bytes;

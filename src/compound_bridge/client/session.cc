@@ -89,8 +89,7 @@ nfsstat4 result_status(const nfs_resop4 &res) {
   return status;
 }
 
-Session::Session(const ClientOptions &options)
-    : options_(options), client_owner_(unique_owner()) {
+Session::Session(const ClientOptions &options) : options_(options), client_owner_(unique_owner()) {
   export_ = parse_target(options.export_path.empty() ? "/" : options.export_path).components;
   nfs_argop4 seq = sequence();
   sequence_bytes_ = encoded_bytes({&seq, 1});
@@ -115,8 +114,7 @@ void Session::close() {
     Reply reply;
     if (have_session_) {
       nfs_argop4 op = xdr::op_of(NFS4_OP_DESTROY_SESSION);
-      std::memcpy(op.nfs_argop4_u.opdestroy_session.dsa_sessionid, sessionid_,
-                  sizeof sessionid_);
+      std::memcpy(op.nfs_argop4_u.opdestroy_session.dsa_sessionid, sessionid_, sizeof sessionid_);
       have_session_ = false;
       call("", {&op, 1}, encoded_bytes({&op, 1}), reply);
     }
@@ -197,8 +195,9 @@ void Session::create_session() {
   c.csa_clientid = clientid_;
   c.csa_sequence = create_seq_;
   c.csa_flags = 0;
-  c.csa_fore_chan_attrs = {0, options_.max_request, options_.max_response,
-                           kMaxResponseCached, options_.max_operations, 1, {0, nullptr}};
+  c.csa_fore_chan_attrs = {
+      0, options_.max_request, options_.max_response, kMaxResponseCached, options_.max_operations,
+      1, {0, nullptr}};
   c.csa_back_chan_attrs = kBackChannel;
   c.csa_cb_program = kCallbackProgram;
   callback_sec_parms4 none{};
@@ -241,12 +240,10 @@ void Session::read_export_limits() {
   setup_call("export " + options_.export_path, ops, reply);
   const fattr4 &attrs =
       reply.results.back().nfs_resop4_u.opgetattr.GETATTR4res_u.resok4.obj_attributes;
-  auto values = decode_attrs(
-      attrs.attrmask,
-      std::string_view(attrs.attr_vals.attrlist4_val, attrs.attr_vals.attrlist4_len));
+  auto values = decode_attrs(attrs.attrmask, std::string_view(attrs.attr_vals.attrlist4_val,
+                                                              attrs.attr_vals.attrlist4_len));
   if (!values || values->max_read == 0 || values->max_write == 0) {
-    throw Error("the server sent no usable maxread/maxwrite for export " +
-                options_.export_path);
+    throw Error("the server sent no usable maxread/maxwrite for export " + options_.export_path);
   }
   limits_.max_read = values->max_read;
   limits_.max_write = values->max_write;

@@ -88,7 +88,7 @@ class Session {
   clientid4 clientid_ = 0;
   sequenceid4 create_seq_ = 0;  // from EXCHANGE_ID, for CREATE_SESSION
   sessionid4 sessionid_{};
-  sequenceid4 slot_seq_ = 1;    // the next SEQUENCE's sequence id on slot 0
+  sequenceid4 slot_seq_ = 1;  // the next SEQUENCE's sequence id on slot 0
   bool have_session_ = false;
   size_t sequence_bytes_ = 0;
   SessionLimits limits_;

@@ -51,8 +51,8 @@ Target parse_target(std::string_view text) {
     if (hex.empty()) throw Error("no handle after fh: in '" + std::string(text) + "'");
     t.fh = from_hex(hex);
     if (t.fh.size() > kMaxHandle) {
-      throw Error("handle of " + std::to_string(t.fh.size()) + " bytes in '" +
-                  std::string(text) + "' (NFSv4 handles have at most 128)");
+      throw Error("handle of " + std::to_string(t.fh.size()) + " bytes in '" + std::string(text) +
+                  "' (NFSv4 handles have at most 128)");
     }
     rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
   }

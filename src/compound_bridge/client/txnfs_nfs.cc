@@ -55,10 +55,17 @@ std::vector<std::string> load_data(const std::vector<OpSpec> &ops) {
   for (size_t i = 0; i < ops.size(); i++) {
     const DataSource &d = ops[i].data;
     switch (d.kind) {
-      case DataSource::Kind::kFile: data[i] = read_local_file(d.text); break;
-      case DataSource::Kind::kLiteral: data[i] = d.text; break;
-      case DataSource::Kind::kPattern: data[i] = pattern(ops[i].path, d.size); break;
-      case DataSource::Kind::kNone: break;
+      case DataSource::Kind::kFile:
+        data[i] = read_local_file(d.text);
+        break;
+      case DataSource::Kind::kLiteral:
+        data[i] = d.text;
+        break;
+      case DataSource::Kind::kPattern:
+        data[i] = pattern(ops[i].path, d.size);
+        break;
+      case DataSource::Kind::kNone:
+        break;
     }
   }
   return data;
@@ -70,9 +77,14 @@ std::vector<Operation> operations(const std::vector<OpSpec> &specs, const Option
   std::vector<Operation> ops;
   for (size_t i = 0; i < specs.size(); i++) {
     const OpSpec &spec = specs[i];
-    ops.push_back({.kind = spec.kind, .path = spec.path, .path2 = spec.path2,
-                   .data = std::move(data[i]), .mode = spec.mode, .stable = o.stable,
-                   .count = spec.count.value_or(o.read_max), .attrs = spec.attrs});
+    ops.push_back({.kind = spec.kind,
+                   .path = spec.path,
+                   .path2 = spec.path2,
+                   .data = std::move(data[i]),
+                   .mode = spec.mode,
+                   .stable = o.stable,
+                   .count = spec.count.value_or(o.read_max),
+                   .attrs = spec.attrs});
   }
   return ops;
 }
@@ -85,8 +97,8 @@ CompoundResult execute(Compound &c, const std::string &tag, int retry, RunInfo &
   for (;;) {
     auto start = std::chrono::steady_clock::now();
     CompoundResult r = c.execute(tag);
-    info.elapsed_ms = std::chrono::duration<double, std::milli>(
-                          std::chrono::steady_clock::now() - start).count();
+    info.elapsed_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (r.status != kNfs4ErrDelay || info.retries >= retry) return r;
     if (!r.delay_retry_safe()) {
       std::cerr << "txnfs-nfs: not retrying NFS4ERR_DELAY: operations before it changed "
@@ -263,8 +275,9 @@ int main(int argc, char **argv) {
                  "the export's path in the server's pseudo file system")
       ->capture_default_str();
   auto *txn = app.add_flag("--txn", o.txn, "tag the COMPOUND \"txn\": run it as a transaction");
-  auto *tag = app.add_option("--tag", o.tag, "the COMPOUND's tag (\"txn...\" runs it as a transaction)")
-      ->excludes(txn);
+  auto *tag =
+      app.add_option("--tag", o.tag, "the COMPOUND's tag (\"txn...\" runs it as a transaction)")
+          ->excludes(txn);
   app.add_flag("--lazy", o.lazy,
                "tag the COMPOUND \"txn-lazy\": a transaction that commits lazily (durable "
                "within the server's --lazy-flush-ms; a server crash may lose it whole). "
@@ -303,7 +316,8 @@ int main(int argc, char **argv) {
   try {
     return run(o);
   } catch (const Error &e) {
-    if (o.json) std::cout << nlohmann::ordered_json{{"status", "error"}, {"error", e.what()}}.dump() << "\n";
+    if (o.json)
+      std::cout << nlohmann::ordered_json{{"status", "error"}, {"error", e.what()}}.dump() << "\n";
     std::cerr << "txnfs-nfs: error: " << e.what() << "\n";
     return kExitUsage;
   }

@@ -40,7 +40,6 @@
 
 namespace txnfs {
 
-
 namespace {
 
 // An error after which going on is unsafe; everything else is a problem of one step.
@@ -120,14 +119,22 @@ class Executor {
  private:
   bool dispatch(const UndoStep &s) {
     switch (s.kind) {
-      case StepKind::Attrs: return attrs(s);
-      case StepKind::Data: return data(s);
-      case StepKind::Created: return created(s);
-      case StepKind::Linked: return linked(s);
-      case StepKind::Removed: return removed(s);
-      case StepKind::Renamed: return renamed(s);
-      case StepKind::Xattrs: return xattrs(s);
-      case StepKind::Made: return made(s);
+      case StepKind::Attrs:
+        return attrs(s);
+      case StepKind::Data:
+        return data(s);
+      case StepKind::Created:
+        return created(s);
+      case StepKind::Linked:
+        return linked(s);
+      case StepKind::Removed:
+        return removed(s);
+      case StepKind::Renamed:
+        return renamed(s);
+      case StepKind::Xattrs:
+        return xattrs(s);
+      case StepKind::Made:
+        return made(s);
     }
     throw Error("unknown step kind");
   }
@@ -304,7 +311,8 @@ class Executor {
       if (!names(log_, dn, s.obj)) throw Error(dn + " is not the object the step created");
       remove_made(log_, dn);
       changed = true;
-    } else if (UniqueFd dir = open_dir(s.dir, "directory"); dir && names(dir.get(), s.name, s.obj)) {
+    } else if (UniqueFd dir = open_dir(s.dir, "directory");
+               dir && names(dir.get(), s.name, s.obj)) {
       remove_made(dir.get(), s.name);
       touch(s.dir);
       changed = true;
@@ -480,7 +488,8 @@ void remove_undone_log(int backups_fd, const std::string &name) {
 UndoResult undo_transaction(const UndoContext &ctx, uint64_t txid) {
   UndoResult r;
   std::string name = std::to_string(txid);
-  UniqueFd log(::openat(ctx.backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd log(
+      ::openat(ctx.backups_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!log) {
     if (log.err() == ENOENT) return r;
     throw_errno("open undo log backups/" + name, log.err());
@@ -515,9 +524,10 @@ std::vector<std::string> inspect_log(int backups_fd, uint64_t txid, uint64_t *st
                                        step_name(s.seq), step_kind_name(s.kind), dn));
     } else if (s.kind == StepKind::Data &&
                (!S_ISREG(st.st_mode) || uint64_t(st.st_size) < s.off + s.len)) {
-      r.problems.push_back(fmt::format("step {} (Data): its data object {} is damaged (shorter "
-                                       "than its range)",
-                                       step_name(s.seq), dn));
+      r.problems.push_back(
+          fmt::format("step {} (Data): its data object {} is damaged (shorter "
+                      "than its range)",
+                      step_name(s.seq), dn));
     }
   }
   if (steps) *steps = r.steps;
@@ -533,10 +543,9 @@ void discard_log(const UndoContext &ctx, uint64_t txid) {
   // Most logs hold nothing but their records (a transaction that only made objects and
   // changed attributes): one rmdir, without listing the directory first.
   if (::unlinkat(ctx.backups_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return;
-  undo_io::remove_tree(ctx.backups_fd, name,
-                       [](int, const std::string &, const struct stat &) {
-                         TXNFS_CRASH_POINT("log.mid_remove");
-                       });
+  undo_io::remove_tree(ctx.backups_fd, name, [](int, const std::string &, const struct stat &) {
+    TXNFS_CRASH_POINT("log.mid_remove");
+  });
 }
 
 std::vector<uint64_t> logged_transactions(int backups_fd) {

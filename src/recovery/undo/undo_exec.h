@@ -21,11 +21,11 @@
 namespace txnfs {
 
 struct UndoResult {
-  uint64_t steps = 0;           // records found
-  uint64_t undone = 0;          // steps that changed something
-  uint64_t bytes_restored = 0;  // data bytes put back
-  std::vector<BackingId> removed;   // objects the undo deleted (created by the txn)
-  std::vector<BackingId> touched;   // objects whose state the undo changed
+  uint64_t steps = 0;                 // records found
+  uint64_t undone = 0;                // steps that changed something
+  uint64_t bytes_restored = 0;        // data bytes put back
+  std::vector<BackingId> removed;     // objects the undo deleted (created by the txn)
+  std::vector<BackingId> touched;     // objects whose state the undo changed
   std::vector<std::string> problems;  // damaged records, missing data objects
 };
 

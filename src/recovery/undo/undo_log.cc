@@ -18,7 +18,6 @@
 
 namespace txnfs {
 
-
 // Sequence numbers start at 1 (0 means "nothing recorded") and are taken atomically,
 // so threads of one transaction may append concurrently; the caller orders changes
 // to any one object (its locks), and so the steps of one object are in seq order.
@@ -40,7 +39,10 @@ std::string data_name(uint64_t seq) { return step_name(seq) + ".d"; }
 }  // namespace
 
 UndoLog::UndoLog(UniqueFd dir_fd, uint64_t txid, bool reflink)
-    : dir_fd_(std::move(dir_fd)), txid_(txid), reflink_(reflink), c_(std::make_unique<Counters>()) {}
+    : dir_fd_(std::move(dir_fd)),
+      txid_(txid),
+      reflink_(reflink),
+      c_(std::make_unique<Counters>()) {}
 
 UndoLog::~UndoLog() = default;
 
@@ -188,9 +190,9 @@ uint64_t UndoLog::snapshot_xattrs(int fd, UndoStep s) {
   bool dir = S_ISDIR(st.st_mode);
   if (dir && ::mkdirat(dir_fd_.get(), dname.c_str(), 0700) != 0)
     throw_errno(fmt::format("create xattr snapshot {}/{}", txid_, dname), errno);
-  UniqueFd d(::openat(dir_fd_.get(), dname.c_str(),
-                (dir ? O_RDONLY | O_DIRECTORY : O_RDWR | O_CREAT | O_EXCL) | O_NOFOLLOW | O_CLOEXEC,
-                0600));
+  UniqueFd d(::openat(
+      dir_fd_.get(), dname.c_str(),
+      (dir ? O_RDONLY | O_DIRECTORY : O_RDWR | O_CREAT | O_EXCL) | O_NOFOLLOW | O_CLOEXEC, 0600));
   int e = d ? TXNFS_FAULT("undo.backup") : d.err();
   // Drop what the kernel may have put on the new object (inherited default ACLs,
   // security labels), so the snapshot holds exactly the xattrs of `fd`.

@@ -72,8 +72,8 @@ std::vector<StoredRecord> read_records(int log_fd, std::vector<std::string> &pro
   std::vector<char> names(65536);
   ssize_t len = ::flistxattr(log_fd, names.data(), names.size());
   if (len < 0 && errno != ENOTSUP && errno != EOPNOTSUPP) {
-    problems.push_back(fmt::format("the records kept as xattrs cannot be listed: {}",
-                                   std::strerror(errno)));
+    problems.push_back(
+        fmt::format("the records kept as xattrs cannot be listed: {}", std::strerror(errno)));
     len = 0;
   }
   for (ssize_t i = 0; i < len; i += ssize_t(std::strlen(names.data() + i)) + 1) {
@@ -104,8 +104,8 @@ std::vector<StoredRecord> read_records(int log_fd, std::vector<std::string> &pro
     } else if (size_t(k) > kMaxEncoded) {
       problems.push_back(fmt::format("record {}: longer than any record", e.name));
     } else if (!found.emplace(seq, std::string(buf, size_t(k))).second) {
-      problems.push_back(fmt::format("record {}: stored both as a symlink and as an xattr",
-                                     e.name));
+      problems.push_back(
+          fmt::format("record {}: stored both as a symlink and as an xattr", e.name));
     }
   }
 
@@ -117,8 +117,7 @@ std::vector<StoredRecord> read_records(int log_fd, std::vector<std::string> &pro
 
 int remove_record(int log_fd, uint64_t seq) {
   if (::fremovexattr(log_fd, record_xattr_name(seq).c_str()) == 0) return 0;
-  if (errno != ENODATA && errno != ENOTSUP && errno != EOPNOTSUPP && errno != EPERM)
-    return errno;
+  if (errno != ENODATA && errno != ENOTSUP && errno != EOPNOTSUPP && errno != EPERM) return errno;
   if (::unlinkat(log_fd, step_name(seq).c_str(), 0) == 0) return 0;
   return errno;
 }

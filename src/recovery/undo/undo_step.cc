@@ -342,14 +342,22 @@ std::string step_name(uint64_t seq) { return fmt::format("{:016x}", seq); }
 
 const char *step_kind_name(StepKind k) {
   switch (k) {
-    case StepKind::Attrs: return "Attrs";
-    case StepKind::Data: return "Data";
-    case StepKind::Created: return "Created";
-    case StepKind::Linked: return "Linked";
-    case StepKind::Removed: return "Removed";
-    case StepKind::Renamed: return "Renamed";
-    case StepKind::Xattrs: return "Xattrs";
-    case StepKind::Made: return "Made";
+    case StepKind::Attrs:
+      return "Attrs";
+    case StepKind::Data:
+      return "Data";
+    case StepKind::Created:
+      return "Created";
+    case StepKind::Linked:
+      return "Linked";
+    case StepKind::Removed:
+      return "Removed";
+    case StepKind::Renamed:
+      return "Renamed";
+    case StepKind::Xattrs:
+      return "Xattrs";
+    case StepKind::Made:
+      return "Made";
   }
   return "unknown";
 }

@@ -112,9 +112,10 @@ int fsck_command(const std::string &store, bool repair, bool accept) {
     if (::stat(paths.db.c_str(), &st) == 0 && ::stat(paths.tree.c_str(), &st) == 0 &&
         ::stat(paths.backups.c_str(), &st) != 0 && errno == ENOENT) {
       if (::mkdir(paths.backups.c_str(), 0700) != 0) throw_errno("mkdir " + paths.backups, errno);
-      fmt::print("repaired: recreated the missing backup area {} (undo logs of unfinished "
-                 "transactions that were in it are lost: their changes stay)\n",
-                 paths.backups);
+      fmt::print(
+          "repaired: recreated the missing backup area {} (undo logs of unfinished "
+          "transactions that were in it are lost: their changes stay)\n",
+          paths.backups);
     }
     check_store_layout(paths);
     StoreLock lock(paths);  // refuses a mounted store
@@ -133,9 +134,11 @@ int fsck_command(const std::string &store, bool repair, bool accept) {
     }
     if (accept) accept_damage(paths, *db, seen);
     else if (!db->open_damage().empty())
-      fmt::print("the store stays marked damaged (listed below): a repair cannot know what "
-                 "the files should hold. Check them, then run txnfs fsck --repair "
-                 "--accept-damage {}\n", store);
+      fmt::print(
+          "the store stays marked damaged (listed below): a repair cannot know what "
+          "the files should hold. Check them, then run txnfs fsck --repair "
+          "--accept-damage {}\n",
+          store);
   }
   FsckReport rep = fsck_store(paths);
   for (auto &p : rep.problems) fmt::print("{}\n", p);

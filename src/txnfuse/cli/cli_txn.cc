@@ -29,12 +29,11 @@ bool check_mount_path(const std::string &mount) {
   if (::stat(mount.c_str(), &st) == 0) return true;
   int err = errno;
   if (err == ENOTCONN || err == ECONNABORTED)  // (the latter: over FUSE's io_uring)
-    print_error(fmt::format("cannot access {}: {} (its txnfs daemon is gone)", mount,
-                            std::strerror(err)),
-                "clean the dead mount up with `txnfs umount --force MOUNTPOINT`, then mount it "
-                "again");
-  else
-    print_error(fmt::format("cannot access {}: {}", mount, std::strerror(err)));
+    print_error(
+        fmt::format("cannot access {}: {} (its txnfs daemon is gone)", mount, std::strerror(err)),
+        "clean the dead mount up with `txnfs umount --force MOUNTPOINT`, then mount it "
+        "again");
+  else print_error(fmt::format("cannot access {}: {}", mount, std::strerror(err)));
   return false;
 }
 
@@ -50,8 +49,8 @@ std::optional<bool> still_open(const std::string &mount, txnfs_id_t id) {
 // A refused commit (not ENOENT/EPERM, the transaction was not ours to end) may leave the
 // transaction open and abort-only, or the daemon may have rolled it back already.
 bool commit_refusal_may_leave_open(int err) {
-  return err != ENOENT && err != EPERM && err != ENOTTY && err != ENOTCONN &&
-         err != ECONNABORTED && err != EIO;
+  return err != ENOENT && err != EPERM && err != ENOTTY && err != ENOTCONN && err != ECONNABORTED &&
+         err != EIO;
 }
 
 // ---- txnfs run -------------------------------------------------------------------------
@@ -71,8 +70,7 @@ int run_abort(const std::string &mount, txnfs_id_t id, const std::string &why, i
     return exit_status;
   }
   if (rc == -ENOENT) {  // it ended some other way (e.g. the command ended it itself)
-    print_warning(
-        fmt::format("transaction {} was no longer open, nothing to abort ({})", id, why));
+    print_warning(fmt::format("transaction {} was no longer open, nothing to abort ({})", id, why));
     return exit_status;
   }
   print_error(txn_error_message(Action::Abort, -rc, mount, id));
@@ -153,8 +151,10 @@ int cmd_begin(const TxnOptions &o) {
 int cmd_end(const TxnOptions &o, bool commit) {
   std::optional<txnfs_id_t> id = parse_txn_id(o.id);
   if (!id) {
-    print_error(fmt::format("invalid transaction id '{}' (expected a positive integer, as "
-                            "printed by `txnfs begin`)", o.id));
+    print_error(
+        fmt::format("invalid transaction id '{}' (expected a positive integer, as "
+                    "printed by `txnfs begin`)",
+                    o.id));
     return 1;
   }
   if (!check_mount_path(o.mount)) return 1;
@@ -166,8 +166,7 @@ int cmd_end(const TxnOptions &o, bool commit) {
   std::string hint;
   if (commit && commit_refusal_may_leave_open(-rc)) {
     std::optional<bool> open = still_open(o.mount, *id);
-    if (open == false)
-      msg += "; the transaction was rolled back";
+    if (open == false) msg += "; the transaction was rolled back";
     else if (open == true)
       hint = fmt::format("it can only abort now: txnfs abort {} {}", o.mount, *id);
   }
@@ -193,8 +192,9 @@ int cmd_status(const TxnOptions &o) {
   }
   buf.resize(std::strlen(buf.c_str()));
   if (rc == 1)
-    print_warning("the daemon shortened the status to fit the control channel; it may be "
-                  "incomplete");
+    print_warning(
+        "the daemon shortened the status to fit the control channel; it may be "
+        "incomplete");
   if (o.json) {
     fmt::print("{}{}", buf, !buf.empty() && buf.back() == '\n' ? "" : "\n");
     return 0;
@@ -229,8 +229,9 @@ std::string failure_message(const CLI::App *app, const CLI::Error &e) {
 TxnCommands::TxnCommands(CLI::App &app) {
   const char *mount_help = "the txnfs mount point (or any file or directory inside it)";
 
-  run_ = app.add_subcommand("run", "Run a command as one transaction: commit if it succeeds, "
-                                   "abort if it fails");
+  run_ = app.add_subcommand("run",
+                            "Run a command as one transaction: commit if it succeeds, "
+                            "abort if it fails");
   run_->add_option("MOUNT", opt_.mount, mount_help)->required();
   run_->add_flag("--abort", opt_.abort,
                  "abort the transaction even if the command succeeds (a dry run)");
@@ -255,12 +256,14 @@ TxnCommands::TxnCommands(CLI::App &app) {
       "       COMMAND's effects were rolled back (also: usage errors, a failed abort);\n"
       "  126  COMMAND could not be executed;  127  COMMAND was not found.");
 
-  begin_ = app.add_subcommand("begin", "Begin a transaction for a process (default: the calling "
-                                       "shell) and print its id");
+  begin_ = app.add_subcommand("begin",
+                              "Begin a transaction for a process (default: the calling "
+                              "shell) and print its id");
   begin_->add_option("MOUNT", opt_.mount, mount_help)->required();
-  begin_->add_option("--pid", opt_.pid,
-                     "bind this process and the processes it starts afterwards "
-                     "(default: the parent of txnfs, i.e. the calling shell)")
+  begin_
+      ->add_option("--pid", opt_.pid,
+                   "bind this process and the processes it starts afterwards "
+                   "(default: the parent of txnfs, i.e. the calling shell)")
       ->type_name("PID")
       ->check(CLI::Range(1, INT32_MAX).description(""));
   begin_->footer(
@@ -278,9 +281,10 @@ TxnCommands::TxnCommands(CLI::App &app) {
                     "commit lazily: final and visible at once, durable within the mount's "
                     "--lazy-flush-ms or at the next `txnfs sync` (a crash before then rolls "
                     "it back whole, and only after every later one)");
-  commit_->footer("Prints nothing on success. Exit status: 0 committed; 1 error -- e.g. no such\n"
-                  "open transaction, not yours, abort-only (it lost a deadlock; abort it), or the\n"
-                  "commit failed and the transaction was rolled back.");
+  commit_->footer(
+      "Prints nothing on success. Exit status: 0 committed; 1 error -- e.g. no such\n"
+      "open transaction, not yours, abort-only (it lost a deadlock; abort it), or the\n"
+      "commit failed and the transaction was rolled back.");
 
   abort_ = app.add_subcommand("abort", "Abort a transaction, rolling back all its effects");
   abort_->add_option("MOUNT", opt_.mount, mount_help)->required();
@@ -289,8 +293,9 @@ TxnCommands::TxnCommands(CLI::App &app) {
 
   sync_ = app.add_subcommand("sync", "Make every commit on a mount durable, lazy ones included");
   sync_->add_option("MOUNT", opt_.mount, mount_help)->required();
-  sync_->footer("Returns once every transaction committed before it is durable.\n"
-                "Exit status: 0, or 1 on error.");
+  sync_->footer(
+      "Returns once every transaction committed before it is durable.\n"
+      "Exit status: 0, or 1 on error.");
 
   status_ = app.add_subcommand("status", "Show a mount's open transactions and counters");
   status_->add_option("MOUNT", opt_.mount, mount_help)->required();

@@ -40,9 +40,9 @@ std::string unescape(const std::string &s) {
 }
 
 struct MountEntry {
-  std::string point;   // the mount point
-  std::string fstype;  // e.g. "fuse.txnfs"
-  std::string source;  // a txnfs mount's: its store's path (or its fsname=)
+  std::string point;             // the mount point
+  std::string fstype;            // e.g. "fuse.txnfs"
+  std::string source;            // a txnfs mount's: its store's path (or its fsname=)
   unsigned long connection = 0;  // its directory under /sys/fs/fuse/connections
 };
 
@@ -146,10 +146,12 @@ int umount_command(const std::string &mountpoint, bool force) {
   if (err) throw Error(err, "aborting the FUSE connection through " + abort);
   if (::umount2(path.c_str(), MNT_DETACH) != 0)
     throw Error(errno, fmt::format("detaching {}", path));
-  fmt::print("txnfs: {}: {}; mount point detached (the next txnfs mount rolls back what "
-             "was open)\n",
-             path, aborted ? fmt::format("FUSE connection {} aborted", m->connection)
-                           : std::string("its daemon was gone"));
+  fmt::print(
+      "txnfs: {}: {}; mount point detached (the next txnfs mount rolls back what "
+      "was open)\n",
+      path,
+      aborted ? fmt::format("FUSE connection {} aborted", m->connection)
+              : std::string("its daemon was gone"));
   return 0;
 }
 

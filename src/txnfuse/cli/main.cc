@@ -40,39 +40,45 @@ int main(int argc, char **argv) {
   mount->add_option("--pid-file", mo.pid_file, "write the daemon's PID to this file");
   mount->add_option("--log-file", mo.log_file,
                     "log to this file (default: stderr with -f, else syslog)");
-  mount->add_option("--entry-timeout", mo.fs.entry_timeout,
-                    "seconds the kernel may cache names")->capture_default_str();
-  mount->add_option("--attr-timeout", mo.fs.attr_timeout,
-                    "seconds the kernel may cache attributes")->capture_default_str();
+  mount->add_option("--entry-timeout", mo.fs.entry_timeout, "seconds the kernel may cache names")
+      ->capture_default_str();
+  mount->add_option("--attr-timeout", mo.fs.attr_timeout, "seconds the kernel may cache attributes")
+      ->capture_default_str();
 
   int64_t lock_timeout_ms = mo.lock_timeout.count();
-  mount->add_option("--lock-timeout-ms", lock_timeout_ms,
-                    "longest wait for a lock before the request fails (ETIMEDOUT)")
+  mount
+      ->add_option("--lock-timeout-ms", lock_timeout_ms,
+                   "longest wait for a lock before the request fails (ETIMEDOUT)")
       ->capture_default_str();
   mount->add_flag("--undo-sync", mo.undo_sync,
-                 "sync the undo log after every step (slow; for measuring the default)");
-  mount->add_option("--max-txn-ops", mo.max_ops,
-                    "operations one transaction may perform")->capture_default_str();
-  mount->add_option("--max-txn-backup-bytes", mo.max_backup_bytes,
-                    "bytes one transaction may back up")->capture_default_str();
-  mount->add_option("--fd-cache", mo.fd_cache,
-                    "O_PATH fds kept open for files the kernel knows, reopened by handle "
-                    "on demand (default: half the open-file hard limit)")
+                  "sync the undo log after every step (slow; for measuring the default)");
+  mount->add_option("--max-txn-ops", mo.max_ops, "operations one transaction may perform")
+      ->capture_default_str();
+  mount
+      ->add_option("--max-txn-backup-bytes", mo.max_backup_bytes,
+                   "bytes one transaction may back up")
+      ->capture_default_str();
+  mount
+      ->add_option("--fd-cache", mo.fd_cache,
+                   "O_PATH fds kept open for files the kernel knows, reopened by handle "
+                   "on demand (default: half the open-file hard limit)")
       ->check(CLI::PositiveNumber);
 
   mount->add_flag("--io-uring", mo.io_uring,
                   "take requests over FUSE's io_uring when the kernel offers it "
                   "(/sys/module/fuse/parameters/enable_uring=Y), else /dev/fuse; "
                   "the same as -o io_uring");
-  mount->add_option("--threads", mo.threads,
-                    "threads reading /dev/fuse (default: max(2, CPUs)); requests waiting "
-                    "for locks occupy none")
+  mount
+      ->add_option("--threads", mo.threads,
+                   "threads reading /dev/fuse (default: max(2, CPUs)); requests waiting "
+                   "for locks occupy none")
       ->check(CLI::Range(1u, 1024u));
 
   int64_t lazy_flush_ms = mo.lazy_flush.count();
-  mount->add_option("--lazy-flush-ms", lazy_flush_ms,
-                    "longest time a lazily committed transaction stays not durable (1.." +
-                        std::to_string(TxnLimits::kMaxLazyFlush.count()) + ")")
+  mount
+      ->add_option("--lazy-flush-ms", lazy_flush_ms,
+                   "longest time a lazily committed transaction stays not durable (1.." +
+                       std::to_string(TxnLimits::kMaxLazyFlush.count()) + ")")
       ->check(CLI::Range(int64_t(1), int64_t(TxnLimits::kMaxLazyFlush.count())))
       ->capture_default_str();
 
@@ -86,8 +92,9 @@ int main(int argc, char **argv) {
                    "detach the mount point; the next mount rolls back what was open");
 
   bool repair = false, accept_damage = false;
-  auto *fsck = app.add_subcommand("fsck", "Check that the database, the tree and the recovery "
-                                          "state agree");
+  auto *fsck = app.add_subcommand("fsck",
+                                  "Check that the database, the tree and the recovery "
+                                  "state agree");
   fsck->add_option("STORE", store, "the store directory")->required();
   fsck->add_flag("--repair", repair,
                  "run recovery, then make the handle table agree with the tree (deletes rows "
@@ -98,8 +105,9 @@ int main(int argc, char **argv) {
                  "not restore, listed by fsck) after you have checked the files it names; "
                  "deletes the undo logs kept for them in STORE/.txnfs/damaged")
       ->needs("--repair");
-  fsck->footer("Exit status: 0 clean, 1 problems found (each printed; a store marked damaged "
-               "stays so until --repair --accept-damage), 2 error.");
+  fsck->footer(
+      "Exit status: 0 clean, 1 problems found (each printed; a store marked damaged "
+      "stays so until --repair --accept-damage), 2 error.");
 
   bool force = false;
   auto *recover = app.add_subcommand(
@@ -110,8 +118,9 @@ int main(int argc, char **argv) {
                     "cannot be applied (they are listed)");
   bool verbose = false;
   recover->add_flag("-v,--verbose", verbose, "list every handle-table correction");
-  recover->footer("Exit status: 0 recovered or nothing to do, 1 error, steps not restored, or "
-                  "the store is marked damaged (each problem listed; see txnfs fsck).");
+  recover->footer(
+      "Exit status: 0 recovered or nothing to do, 1 error, steps not restored, or "
+      "the store is marked damaged (each problem listed; see txnfs fsck).");
 
   auto *crash_points = app.add_subcommand("crash-points", "List the crash-injection points");
   crash_points->group("");  // hidden: for test harnesses (TXNFS_CRASH_AT=NAME:COUNT)

@@ -23,10 +23,14 @@ std::string txn_error_message(Action action, int err, const std::string &mount, 
   switch (action) {
     case Action::Begin:
       if (err == EBUSY)
-        return pid == 0 ? fmt::format("this process is already in a transaction on {} "
-                                      "(transactions do not nest)", mount)
-                        : fmt::format("process {} is already in a transaction on {} "
-                                      "(transactions do not nest)", pid, mount);
+        return pid == 0 ? fmt::format(
+                              "this process is already in a transaction on {} "
+                              "(transactions do not nest)",
+                              mount)
+                        : fmt::format(
+                              "process {} is already in a transaction on {} "
+                              "(transactions do not nest)",
+                              pid, mount);
       if (err == ESRCH) return fmt::format("no process {}", pid);
       if (err == EPERM)
         return fmt::format("not allowed to bind process {} to a transaction (it is not yours)",
@@ -36,7 +40,7 @@ std::string txn_error_message(Action action, int err, const std::string &mount, 
     case Action::Commit:
     case Action::Abort:
     case Action::Info: {
-      const char *verb = action == Action::Commit ? "commit"
+      const char *verb = action == Action::Commit  ? "commit"
                          : action == Action::Abort ? "abort"
                                                    : "inspect";
       if (err == ENOENT) return fmt::format("no open transaction {} on {}", id, mount);
@@ -44,11 +48,15 @@ std::string txn_error_message(Action action, int err, const std::string &mount, 
         return fmt::format("transaction {} is not yours (only its owner or root may {} it)", id,
                            verb);
       if (action == Action::Commit && err == EDEADLK)
-        return fmt::format("transaction {} can only abort (it lost a deadlock or a lock wait): "
-                           "commit refused", id);
+        return fmt::format(
+            "transaction {} can only abort (it lost a deadlock or a lock wait): "
+            "commit refused",
+            id);
       if (action == Action::Commit && err == ETIMEDOUT)
-        return fmt::format("transaction {} can only abort (a lock wait timed out): "
-                           "commit refused", id);
+        return fmt::format(
+            "transaction {} can only abort (a lock wait timed out): "
+            "commit refused",
+            id);
       if (action == Action::Commit && err == EIO)
         return fmt::format("commit of transaction {} failed; the transaction was rolled back", id);
       what = fmt::format("{} transaction {} on {}", verb, id, mount);

@@ -15,8 +15,8 @@ namespace txnfs::cli {
 enum class Action { Begin, Commit, Abort, Info, Status };
 // The message (without the "txnfs: error: " prefix) for ERR (positive errno) returned by
 // ACTION on MOUNT for transaction ID (Begin: PID is the process to bind, 0 = caller).
-std::string txn_error_message(Action action, int err, const std::string &mount,
-                              txnfs_id_t id = 0, pid_t pid = 0);
+std::string txn_error_message(Action action, int err, const std::string &mount, txnfs_id_t id = 0,
+                              pid_t pid = 0);
 
 // The one line `txnfs run` prints at its end, without the "txnfs: " prefix and newline:
 // "transaction 42 committed (17 operations)", "transaction 42 aborted (--abort)", ...

@@ -125,11 +125,16 @@ std::string format_bytes(uint64_t bytes) {
 
 std::string state_name(unsigned state) {
   switch (state) {
-    case TXNFS_ACTIVE: return "active";
-    case TXNFS_ABORT_ONLY: return "abort-only";
-    case TXNFS_COMMITTING: return "committing";
-    case TXNFS_COMMITTED: return "committed";
-    case TXNFS_ABORTED: return "aborted";
+    case TXNFS_ACTIVE:
+      return "active";
+    case TXNFS_ABORT_ONLY:
+      return "abort-only";
+    case TXNFS_COMMITTING:
+      return "committing";
+    case TXNFS_COMMITTED:
+      return "committed";
+    case TXNFS_ABORTED:
+      return "aborted";
   }
   return fmt::format("state-{}", state);
 }
@@ -161,17 +166,15 @@ std::string format_status(std::string_view text) {
   if (rows.empty()) {
     out += "no open transactions\n";
   } else {
-    out += render_table({"ID", "STATE", "UID", "PID", "BOUND", "AGE", "OPS", "BACKUP", "LOCKS",
-                         "WAITING", "ERROR"},
-                        {true, false, true, true, false, true, true, true, true, true, false},
-                        rows);
+    out += render_table(
+        {"ID", "STATE", "UID", "PID", "BOUND", "AGE", "OPS", "BACKUP", "LOCKS", "WAITING", "ERROR"},
+        {true, false, true, true, false, true, true, true, true, true, false}, rows);
   }
 
   auto counters = j.find("counters");
   if (counters != j.end()) {
     if (!counters->is_object()) throw std::runtime_error("\"counters\" is not an object");
-    static const char *const known[] = {"commits", "aborts", "deadlocks", "timeouts",
-                                        "recoveries"};
+    static const char *const known[] = {"commits", "aborts", "deadlocks", "timeouts", "recoveries"};
     std::vector<std::string> parts;
     auto add = [&](const std::string &k) {
       parts.push_back(fmt::format("{} {}", k, or_dash(u64_field(*counters, k.c_str()))));
@@ -198,8 +201,7 @@ std::string format_status(std::string_view text) {
   // How requests reach the daemon, and those waiting for locks (parked: on no thread).
   auto transport = j.find("transport");
   auto parked = j.find("parked");
-  if (transport != j.end() && transport->is_string() && parked != j.end() &&
-      parked->is_object())
+  if (transport != j.end() && transport->is_string() && parked != j.end() && parked->is_object())
     out += fmt::format("requests: over {}; parked for locks: {} now, {} in total\n",
                        transport->get<std::string>(), or_dash(u64_field(*parked, "now")),
                        or_dash(u64_field(*parked, "total")));

@@ -14,8 +14,8 @@ namespace txnfs::cli {
 // Throws std::runtime_error if the text is not JSON of the expected shape.
 std::string format_status(std::string_view json);
 
-std::string format_age(uint64_t ms);         // 5ms, 1.5s, 3m04s, 2h05m, 3d04h
-std::string format_bytes(uint64_t bytes);    // 0, 512B, 4.0K, 1.5M, 2.0G
-std::string state_name(unsigned state);      // enum txnfs_state -> "active", ...
+std::string format_age(uint64_t ms);       // 5ms, 1.5s, 3m04s, 2h05m, 3d04h
+std::string format_bytes(uint64_t bytes);  // 0, 512B, 4.0K, 1.5M, 2.0G
+std::string state_name(unsigned state);    // enum txnfs_state -> "active", ...
 
 }  // namespace txnfs::cli

@@ -79,7 +79,8 @@ int daemonize() {
   }
   ::close(p[0]);
   ::setsid();
-  if (::chdir("/") != 0) { /* "/" always exists */ }
+  if (::chdir("/") != 0) { /* "/" always exists */
+  }
   int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null >= 0) {
     ::dup2(null, 0);
@@ -114,7 +115,8 @@ int run_mount(const MountOptions &opts) {
   fs.paths = StorePaths::of(absolute(opts.store));
   std::string mountpoint = absolute(opts.mountpoint);
   MountOptions o = opts;
-  if (!o.log_file.empty() && o.log_file[0] != '/') o.log_file = std::filesystem::absolute(o.log_file);
+  if (!o.log_file.empty() && o.log_file[0] != '/')
+    o.log_file = std::filesystem::absolute(o.log_file);
   check_store_layout(fs.paths);
   StoreLock lock(fs.paths);
   // The fd cache must leave room under the open-file limit for open files, the undo
@@ -153,10 +155,10 @@ int run_mount(const MountOptions &opts) {
     if (auto damage = db->open_damage(); !damage.empty()) {
       std::string all;
       for (auto &d : damage) all += "\n  " + describe_damage(fs.paths, d);
-      std::string what = fmt::format("store {} is marked damaged ({} problem{} a rollback could "
-                                     "not fix):{}",
-                                     fs.paths.root, damage.size(), damage.size() == 1 ? "" : "s",
-                                     all);
+      std::string what = fmt::format(
+          "store {} is marked damaged ({} problem{} a rollback could "
+          "not fix):{}",
+          fs.paths.root, damage.size(), damage.size() == 1 ? "" : "s", all);
       if (!opts.force)
         throw Error(what + "\nnot mounted (recovery has run; the store is otherwise ready)",
                     damage_hint());
@@ -199,9 +201,9 @@ int run_mount(const MountOptions &opts) {
   // request is served: nothing waits for the daemon.
   if (unsigned long lacks = flags_libfuse_lacks(flags))
     if (::mount(nullptr, mountpoint.c_str(), nullptr, remount_flags(flags), nullptr) != 0)
-      throw Error(errno, fmt::format("cannot set {} on {}",
-                                     lacks & MS_STRICTATIME ? "strictatime" : "lazytime",
-                                     mountpoint));
+      throw Error(errno,
+                  fmt::format("cannot set {} on {}",
+                              lacks & MS_STRICTATIME ? "strictatime" : "lazytime", mountpoint));
 
   int ready_fd = -1;
   if (!opts.foreground) {

@@ -40,11 +40,11 @@ struct Fs : TxnEnv {
   FsOptions opts;
   InodeTable inodes;
   InodePtr root;
-  Invalidator inval;  // the kernel's caches; TxnEnv::cache points here
+  Invalidator inval;          // the kernel's caches; TxnEnv::cache points here
   ListingSnapshots listings;  // what plain listings were served while transactions were open
   std::unique_ptr<TxnManager> txns;
-  park::Pool resumer;  // runs parked requests again once their lock is granted
-  park::Pool control;  // runs control requests that wait (ops_ctl.cc)
+  park::Pool resumer;          // runs parked requests again once their lock is granted
+  park::Pool control;          // runs control requests that wait (ops_ctl.cc)
   bool want_io_uring = false;  // -o io_uring: take FUSE over io_uring if the kernel offers it
   std::atomic<bool> io_uring{false};  // requests arrive over io_uring (seen by a request)
 

@@ -44,7 +44,7 @@ class InodeTable {
   // Empties slot i; moves later entries of its probe run back so lookups still find them.
   InodePtr erase_locked(size_t i) REQUIRES(mu_);
 
-  Mutex mu_{LockRank::kInodeTable};  // a leaf (src/sync/lock_order.h)
+  Mutex mu_{LockRank::kInodeTable};              // a leaf (src/sync/lock_order.h)
   std::vector<InodePtr> slots_ GUARDED_BY(mu_);  // size a power of two (or 0)
   size_t used_ GUARDED_BY(mu_) = 0;
   unsigned bits_ GUARDED_BY(mu_) = 0;  // slots_.size() == 1 << bits_

@@ -69,9 +69,11 @@ bool Invalidator::expire_names() {
   if (err != 0) {
     static std::once_flag once;
     std::call_once(once, [err] {
-      spdlog::warn("the kernel cannot expire its cached names (FUSE_NOTIFY_INC_EPOCH: {}): a "
-                   "name a transaction renames is hidden from others only once the rename "
-                   "has returned", std::strerror(-err));
+      spdlog::warn(
+          "the kernel cannot expire its cached names (FUSE_NOTIFY_INC_EPOCH: {}): a "
+          "name a transaction renames is hidden from others only once the rename "
+          "has returned",
+          std::strerror(-err));
     });
   }
   return err == 0;
@@ -83,7 +85,7 @@ void Invalidator::flush() {
   MutexLock g(mu_);
   uint64_t upto = queued_;
   while (!stop_ && popped_ < upto) send_next();
-  while (!stop_ && !sent_upto(upto)) {  // the thread is sending an earlier one
+  while (!stop_ && !sent_upto(upto)) {    // the thread is sending an earlier one
     wake_at_ = std::min(wake_at_, upto);  // (re-registered after every wake-up)
     sent_cv_.wait(mu_);
   }
@@ -96,10 +98,8 @@ void Invalidator::send_next() {
   sending_.insert(n);
   mu_.unlock();
   // Errors (ENOENT: the kernel holds nothing for it) need no handling.
-  if (it.name.empty())
-    fuse_lowlevel_notify_inval_inode(se_, it.node, 0, 0);
-  else
-    fuse_lowlevel_notify_inval_entry(se_, it.node, it.name.c_str(), it.name.size());
+  if (it.name.empty()) fuse_lowlevel_notify_inval_inode(se_, it.node, 0, 0);
+  else fuse_lowlevel_notify_inval_entry(se_, it.node, it.name.c_str(), it.name.size());
   mu_.lock();
   sending_.erase(n);
   if (wake_at_ != UINT64_MAX && sent_upto(wake_at_)) {

@@ -67,8 +67,8 @@ inline uint64_t make(uint32_t id, bool by_position, uint64_t low) {
 
 // One snapshot of a directory's listing. Immutable once registered.
 struct Listing {
-  uint64_t dir = 0;   // the directory's nodeid
-  uint64_t view = 0;  // whose view it shows: 0 the committed state, else a transaction's id
+  uint64_t dir = 0;        // the directory's nodeid
+  uint64_t view = 0;       // whose view it shows: 0 the committed state, else a transaction's id
   bool by_cookie = false;  // its entries carry the tree's cookies (see the top)
   int64_t ctime_ns = 0;    // the tree directory's ctime before it was read
   std::vector<ListedEntry> entries;

@@ -20,16 +20,15 @@ namespace {
 // A reference of the set, resolved: its nodeid, and an fd to look names up in.
 struct Ref {
   uint64_t nodeid = 0;
-  int fd = -1;    // borrowed from `pin` or owned by `own`
+  int fd = -1;  // borrowed from `pin` or owned by `own`
   InodePtr inode;
   UniqueFd own;
-  InodeFd pin;    // the inode's O_PATH fd, pinned in the fd cache while the set resolves
+  InodeFd pin;  // the inode's O_PATH fd, pinned in the fd cache while the set resolves
 };
 
 bool valid_name(std::string_view n, bool dotdot_ok) {
   if (n.empty() || n.size() > TXNFS_LOCK_REC_NAME_MAX) return false;
-  if (n.find('/') != std::string_view::npos || n.find('\0') != std::string_view::npos)
-    return false;
+  if (n.find('/') != std::string_view::npos || n.find('\0') != std::string_view::npos) return false;
   if (n == ".") return false;
   return dotdot_ok || n != "..";
 }
@@ -62,7 +61,8 @@ int acquire_lock_set(Fs &fs, const TxnPtr &txn, std::string_view records,
     pos += size;
     bool needs_ref = r.kind != TXNFS_REC_NODE;
     if (needs_ref && r.ref >= refs.size()) return EBADMSG;
-    if (r.mode > TXNFS_LOCK_ATTRS || (r.mode == TXNFS_LOCK_ATTRS && r.kind != TXNFS_REC_LOCK_OBJECT))
+    if (r.mode > TXNFS_LOCK_ATTRS ||
+        (r.mode == TXNFS_LOCK_ATTRS && r.kind != TXNFS_REC_LOCK_OBJECT))
       return EBADMSG;
     const std::optional<Ref> *base = needs_ref ? &refs[r.ref] : nullptr;
     switch (r.kind) {
@@ -83,8 +83,8 @@ int acquire_lock_set(Fs &fs, const TxnPtr &txn, std::string_view records,
         if (*base) {
           std::string n(name);
           bool root_up = (*base)->nodeid == FUSE_ROOT_ID && n == "..";
-          UniqueFd fd(::openat((*base)->fd, root_up ? "." : n.c_str(),
-                               O_PATH | O_NOFOLLOW | O_CLOEXEC));
+          UniqueFd fd(
+              ::openat((*base)->fd, root_up ? "." : n.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
           struct stat st;
           if (fd && ::fstat(fd.get(), &st) == 0) {
             child.emplace();

@@ -45,9 +45,9 @@ constexpr FlagOption kFlagOptions[] = {
     {"nosymfollow", MS_NOSYMFOLLOW, 0},
     {"symfollow", 0, MS_NOSYMFOLLOW},
 };
-constexpr unsigned long kAllFlags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC |
-                                    MS_SYNCHRONOUS | MS_DIRSYNC | kAtimeModes |
-                                    MS_NODIRATIME | MS_LAZYTIME | MS_NOSYMFOLLOW;
+constexpr unsigned long kAllFlags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_SYNCHRONOUS |
+                                    MS_DIRSYNC | kAtimeModes | MS_NODIRATIME | MS_LAZYTIME |
+                                    MS_NOSYMFOLLOW;
 // What libfuse's mount cannot express (relatime needs nothing: it is the default).
 constexpr unsigned long kLibfuseLacks = MS_STRICTATIME | MS_LAZYTIME;
 

@@ -23,9 +23,9 @@ class Op {
     Fs *fs = nullptr;
     TxnPtr txn;
     std::unique_ptr<LockOwner> plain;  // a plain request's own locks
-    bool entered = false;   // counted in its transaction's requests in flight
-    bool mutating = false;  // took an X or IX lock: the request changes the tree
-    bool doomed = false;    // its transaction is abort-only: served as a plain request
+    bool entered = false;              // counted in its transaction's requests in flight
+    bool mutating = false;             // took an X or IX lock: the request changes the tree
+    bool doomed = false;               // its transaction is abort-only: served as a plain request
     int err = 0;
     State() = default;
     // A moved-from State is empty: it releases and leaves nothing.
@@ -110,8 +110,7 @@ class Op {
  private:
   // Parks the request until `mode` on `key` is granted; returns only when that wait was
   // answered at once (0 or an errno), else throws park::Unwind.
-  int park(LockOwner &owner, const LockKey &key, LockMode mode,
-           std::chrono::milliseconds timeout);
+  int park(LockOwner &owner, const LockKey &key, LockMode mode, std::chrono::milliseconds timeout);
 
   void start(const fuse_file_info *writeback_fi);
 

@@ -76,8 +76,9 @@ void op_init(void *userdata, fuse_conn_info *conn) {
   if (!fs.want_io_uring) {
     fuse_unset_feature_flag(conn, FUSE_CAP_OVER_IO_URING);
   } else if (!fuse_set_feature_flag(conn, FUSE_CAP_OVER_IO_URING)) {
-    spdlog::warn("FUSE over io_uring is not offered by the kernel (is "
-                 "/sys/module/fuse/parameters/enable_uring Y?); serving /dev/fuse");
+    spdlog::warn(
+        "FUSE over io_uring is not offered by the kernel (is "
+        "/sys/module/fuse/parameters/enable_uring Y?); serving /dev/fuse");
   }
   spdlog::info("FUSE protocol {}.{}", conn->proto_major, conn->proto_minor);
 }
@@ -111,11 +112,17 @@ struct KeepCopy {
   T *get() { return v ? &*v : nullptr; }
 };
 template <>
-struct Keep<fuse_file_info *> : KeepCopy<fuse_file_info> { using KeepCopy::KeepCopy; };
+struct Keep<fuse_file_info *> : KeepCopy<fuse_file_info> {
+  using KeepCopy::KeepCopy;
+};
 template <>
-struct Keep<struct stat *> : KeepCopy<struct stat> { using KeepCopy::KeepCopy; };
+struct Keep<struct stat *> : KeepCopy<struct stat> {
+  using KeepCopy::KeepCopy;
+};
 template <>
-struct Keep<fuse_bufvec *> : KeepCopy<fuse_bufvec> { using KeepCopy::KeepCopy; };
+struct Keep<fuse_bufvec *> : KeepCopy<fuse_bufvec> {
+  using KeepCopy::KeepCopy;
+};
 
 template <auto Field, int NodeIndex, typename... A>
 void serve(const char *name, std::shared_ptr<void> buffer, A... a);
@@ -147,10 +154,8 @@ void answer_thrown(const char *name, uint64_t node, fuse_req_t req, const std::e
   int err = errno_in(e);
   spdlog::error("{} (node {}): {}", name, node, e.what());
   std::string_view n = name;
-  if (n == "FORGET" || n == "BATCH_FORGET")
-    fuse_reply_none(req);
-  else
-    fuse_reply_err(req, err > 0 ? err : EIO);
+  if (n == "FORGET" || n == "BATCH_FORGET") fuse_reply_none(req);
+  else fuse_reply_err(req, err > 0 ? err : EIO);
 }
 
 // Runs a handler, watched by the stall watchdog; a handler that parked its request
@@ -181,10 +186,10 @@ fuse_lowlevel_ops make_ops() {
   add_dir_ops(ops);
   add_ctl_ops(ops);
   handlers = ops;
-#define TXNFS_WATCHED(field, name, node_index)                                      \
-  if (ops.field)                                                                    \
-    ops.field = [](auto... a) {                                                     \
-      serve<&fuse_lowlevel_ops::field, node_index>(name, nullptr, a...);            \
+#define TXNFS_WATCHED(field, name, node_index)                           \
+  if (ops.field)                                                         \
+    ops.field = [](auto... a) {                                          \
+      serve<&fuse_lowlevel_ops::field, node_index>(name, nullptr, a...); \
     };
   TXNFS_WATCHED(lookup, "LOOKUP", 1)
   TXNFS_WATCHED(forget, "FORGET", 1)

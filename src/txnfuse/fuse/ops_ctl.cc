@@ -175,11 +175,11 @@ void ctl_lock_set(const Ctl &c) {
     if (a->flags & TXNFS_LOCK_SET_LAST) records.swap(t->declared);
   }
   if (a->flags & TXNFS_LOCK_SET_LAST) {
-    err = acquire_lock_set(c.fs, t, records, std::chrono::milliseconds(a->timeout_ms),
-                           [req](int e) {
-                             if (e) fuse_reply_err(req, e);
-                             else fuse_reply_ioctl(req, 0, nullptr, 0);
-                           });
+    err =
+        acquire_lock_set(c.fs, t, records, std::chrono::milliseconds(a->timeout_ms), [req](int e) {
+          if (e) fuse_reply_err(req, e);
+          else fuse_reply_ioctl(req, 0, nullptr, 0);
+        });
     if (err == LockManager::kParked) return;  // answered when the set is granted
   }
   if (err) return (void)fuse_reply_err(req, err);

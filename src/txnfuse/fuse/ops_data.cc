@@ -123,8 +123,7 @@ void op_fallocate(fuse_req_t req, fuse_ino_t nodeid, int mode, off_t off, off_t 
       err = save_truncate(op.fs(), t, *i, off);  // everything from off on moves
     else if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))
       err = save_range(op.fs(), t, *i, off, len);
-    else
-      err = save_attrs(op.fs(), t, *i);
+    else err = save_attrs(op.fs(), t, *i);
   }
   if (!err) err = kill_privs(req, nodeid, fd_of(fi), SetidChange::kData, false);
   if (err) return (void)fuse_reply_err(req, err);
@@ -142,12 +141,14 @@ void op_lseek(fuse_req_t req, fuse_ino_t nodeid, off_t off, int whence, fuse_fil
   else fuse_reply_lseek(req, r);
 }
 
-void op_copy_file_range(fuse_req_t req, fuse_ino_t in_node, off_t off_in,
-                        fuse_file_info *fi_in, fuse_ino_t out_node, off_t off_out,
-                        fuse_file_info *fi_out, size_t len, int flags) {
+void op_copy_file_range(fuse_req_t req, fuse_ino_t in_node, off_t off_in, fuse_file_info *fi_in,
+                        fuse_ino_t out_node, off_t off_out, fuse_file_info *fi_out, size_t len,
+                        int flags) {
   Op op(req);
   InodePtr in_i = inode_of(req, in_node), out_i = inode_of(req, out_node);
-  int err = op.error() ? op.error() : !in_i || !out_i ? ESTALE : op.lock_object(in_node, LockMode::S);
+  int err = op.error()        ? op.error()
+            : !in_i || !out_i ? ESTALE
+                              : op.lock_object(in_node, LockMode::S);
   if (!err) err = op.lock_object(out_node, LockMode::X);
   if (!err && op.txn()) err = save_range(op.fs(), *op.txn(), *out_i, off_out, len);
   if (!err) err = kill_privs(req, out_node, fd_of(fi_out), SetidChange::kData, false);
@@ -197,8 +198,8 @@ void read_xattrs(fuse_req_t req, fuse_ino_t nodeid, size_t size, Call call) {
   auto read = [&](int from) {
     return call(proc_path(from).c_str(), size ? buf.data() : nullptr, size);
   };
-  ssize_t n = op.plain_isolated() ? op.fs().view.read_xattrs(i->nodeid, fd.get(), read)
-                                  : read(fd.get());
+  ssize_t n =
+      op.plain_isolated() ? op.fs().view.read_xattrs(i->nodeid, fd.get(), read) : read(fd.get());
   reply_xattr_result(req, size, n, buf);
 }
 
@@ -209,9 +210,8 @@ void op_getxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, size_t siz
 }
 
 void op_listxattr(fuse_req_t req, fuse_ino_t nodeid, size_t size) {
-  read_xattrs(req, nodeid, size, [](const char *path, char *buf, size_t len) {
-    return ::listxattr(path, buf, len);
-  });
+  read_xattrs(req, nodeid, size,
+              [](const char *path, char *buf, size_t len) { return ::listxattr(path, buf, len); });
 }
 
 void op_setxattr(fuse_req_t req, fuse_ino_t nodeid, const char *name, const char *value,

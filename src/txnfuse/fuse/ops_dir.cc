@@ -29,8 +29,8 @@ namespace {
 // snapshot (listings.h: what every offset means, and why).
 struct DirHandle {
   DIR *dp = nullptr;
-  off_t offset = 0;         // the stream's position (-1: unknown)
-  dirent *entry = nullptr;  // read but not yet returned (did not fit)
+  off_t offset = 0;                     // the stream's position (-1: unknown)
+  dirent *entry = nullptr;              // read but not yet returned (did not fit)
   std::shared_ptr<const Listing> snap;  // the snapshot served last, if any
   ~DirHandle() {
     if (dp) ::closedir(dp);
@@ -155,8 +155,7 @@ void serve(Op &op, fuse_req_t req, uint64_t nodeid, DirHandle &d, std::shared_pt
 
 // A plain listing from the start while transactions are open: a snapshot of the
 // committed listing, kept so that its offsets mean the same to a later opener.
-void start_snapshot(Op &op, fuse_req_t req, uint64_t nodeid, DirHandle &d, size_t size,
-                    bool plus) {
+void start_snapshot(Op &op, fuse_req_t req, uint64_t nodeid, DirHandle &d, size_t size, bool plus) {
   Fs &fs = op.fs();
   Listing l;
   l.ctime_ns = ctime_ns(d.dp);
@@ -167,16 +166,16 @@ void start_snapshot(Op &op, fuse_req_t req, uint64_t nodeid, DirHandle &d, size_
   serve(op, req, nodeid, d, fs.listings.add(std::move(l)), 0, size, plus);
 }
 
-void stream(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHandle &d,
-            size_t size, off_t offset, bool plus);
+void stream(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHandle &d, size_t size,
+            off_t offset, bool plus);
 
 // A continuation at `off`, a snapshot's offset (listings.h).
 void from_snapshot(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHandle &d,
                    size_t size, uint64_t off, bool plus) {
   Fs &fs = op.fs();
   const uint32_t id = dir_offset::id_of(off);
-  auto l = d.snap && d.snap->id == id && d.snap->dir == nodeid ? d.snap
-                                                               : fs.listings.find(id, nodeid);
+  auto l =
+      d.snap && d.snap->id == id && d.snap->dir == nodeid ? d.snap : fs.listings.find(id, nodeid);
   const uint64_t view = op.txn() ? op.txn()->id() : 0;
   // A snapshot that carries cookies was the tree's listing: once it is gone, or for a
   // transaction (which sees the tree), the tree's own listing goes on at the cookie.
@@ -197,8 +196,8 @@ void from_snapshot(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir,
   serve(op, req, nodeid, d, std::move(l), k, size, plus);
 }
 
-void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
-                fuse_file_info *fi, bool plus) {
+void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset, fuse_file_info *fi,
+                bool plus) {
   Op op(req);
   InodePtr dir = inode_of(req, nodeid);
   DirHandle *d = dir_of(fi);
@@ -215,8 +214,8 @@ void do_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t offset,
   stream(op, req, nodeid, dir, *d, size, offset, plus);
 }
 
-void stream(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHandle &d,
-            size_t size, off_t offset, bool plus) {
+void stream(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHandle &d, size_t size,
+            off_t offset, bool plus) {
   Fs &fs = op.fs();
   d.snap.reset();
   std::vector<char> buf(size);
@@ -300,8 +299,7 @@ void op_readdir(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off, fuse_
   do_readdir(req, nodeid, size, off, fi, false);
 }
 
-void op_readdirplus(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off,
-                    fuse_file_info *fi) {
+void op_readdirplus(fuse_req_t req, fuse_ino_t nodeid, size_t size, off_t off, fuse_file_info *fi) {
   do_readdir(req, nodeid, size, off, fi, true);
 }
 

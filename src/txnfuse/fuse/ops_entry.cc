@@ -69,10 +69,8 @@ void record_handle(Fs &fs, const Inode &i, uint64_t parent, const char *name, bo
     row.parent = parent;
     row.name = name;
   }
-  if (fresh)
-    fs.db->put_handle(row);
-  else
-    fs.db->repair_handle(row);  // not if the object lost its row since it was found
+  if (fresh) fs.db->put_handle(row);
+  else fs.db->repair_handle(row);  // not if the object lost its row since it was found
 }
 
 // Shared tail of lookups: `fd` is an O_PATH fd to the object found as `name` in
@@ -101,8 +99,8 @@ int lookup_fd(Fs &fs, UniqueFd fd, uint64_t parent, const char *name, bool fresh
   return 0;
 }
 
-int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh,
-                fuse_entry_param *e, bool *unrecorded = nullptr) {
+int lookup_name(Fs &fs, const InodePtr &parent, const char *name, bool fresh, fuse_entry_param *e,
+                bool *unrecorded = nullptr) {
   if (parent->nodeid == FUSE_ROOT_ID && std::strcmp(name, "..") == 0)
     name = ".";  // the tree root is its own parent: never step into the store
   InodeFd dir = fs.pin(*parent);
@@ -249,10 +247,10 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
       if (!p) err = ESTALE;
       else if (std::strcmp(name, "..") == 0) err = lookup_dotdot(fs, op, p, &e);
       else if (op.plain_isolated()) err = lookup_committed(fs, p, name, &e, &snapshot);
-      else if (!(err = op.lock_entry(parent, name, false))) err = lookup_name(fs, p, name, false, &e);
+      else if (!(err = op.lock_entry(parent, name, false)))
+        err = lookup_name(fs, p, name, false, &e);
       // What an open transaction may still change must not stay in kernel caches.
-      bool volatile_entry =
-          snapshot || (op.shared_name(parent) && fs.view.before(parent, name));
+      bool volatile_entry = snapshot || (op.shared_name(parent) && fs.view.before(parent, name));
       if (err == ENOENT) {  // negative entry: the kernel may cache the miss
         std::memset(&e, 0, sizeof e);
         op.set_timeouts(e, volatile_entry);
@@ -342,7 +340,8 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
   struct stat st;
   int rc = 0;
   if (valid & FUSE_SET_ATTR_MODE)
-    rc = fi ? ::fchmod(fd_of(fi), attr->st_mode) : ::chmod(proc_path(fd.get()).c_str(), attr->st_mode);
+    rc = fi ? ::fchmod(fd_of(fi), attr->st_mode)
+            : ::chmod(proc_path(fd.get()).c_str(), attr->st_mode);
   if (rc == 0 && chown) {
     uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : uid_t(-1);
     gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : gid_t(-1);
@@ -441,8 +440,7 @@ mode_t creation_mode(fuse_req_t req, Inode &dir, int dirfd, mode_t mode) {
 // plain request, through the undo log for a transaction. Then records its handle
 // and fills `e`. On failure nothing is left behind.
 int make_entry(fuse_req_t req, Op &op, const InodePtr &parent, const char *name, mode_t mode,
-               const std::function<int(int, const char *, mode_t)> &make_as,
-               fuse_entry_param *e) {
+               const std::function<int(int, const char *, mode_t)> &make_as, fuse_entry_param *e) {
   Fs &fs = op.fs();
   int err = op.lock_entry(parent->nodeid, name, true);
   if (err) return err;
@@ -515,10 +513,13 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
   UniqueFd fd;
   fuse_entry_param e;
   if (!err)
-    err = make_entry(req, op, p, name, S_IFREG | mode, [&](int dirfd, const char *n, mode_t perms) {
-      fd.reset(::openat(dirfd, n, backing_open_flags(fi->flags) | O_CREAT | O_EXCL, perms));
-      return fd ? 0 : fd.err();
-    }, &e);
+    err = make_entry(
+        req, op, p, name, S_IFREG | mode,
+        [&](int dirfd, const char *n, mode_t perms) {
+          fd.reset(::openat(dirfd, n, backing_open_flags(fi->flags) | O_CREAT | O_EXCL, perms));
+          return fd ? 0 : fd.err();
+        },
+        &e);
   if (err) return (void)fuse_reply_err(req, err);
   InodePtr made = inode_of(req, e.ino);
   if (made && op.cacheable() && direct_writer(fi->flags)) made->txn_written = true;
@@ -541,11 +542,10 @@ void op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent, const char
   if (!err && !fd) err = fd.err();
   if (!err && !dir) err = dir.err();
   if (!err) {
-    if (op.txn())
-      err = txn_link(fs, *op.txn(), *i, *p, newname);
+    if (op.txn()) err = txn_link(fs, *op.txn(), *i, *p, newname);
     else
-      err = errno_of(::linkat(AT_FDCWD, proc_path(fd.get()).c_str(), dir.get(), newname,
-                              AT_SYMLINK_FOLLOW));
+      err = errno_of(
+          ::linkat(AT_FDCWD, proc_path(fd.get()).c_str(), dir.get(), newname, AT_SYMLINK_FOLLOW));
   }
   struct stat st;
   if (!err) err = stat_fd(fd.get(), &st);
@@ -579,10 +579,8 @@ int rows_not_written(Fs &fs, Op &op, const std::string &what, const std::excepti
 void unrecord_name(Fs &fs, int victim_fd, uint64_t parent, const char *name) {
   struct stat st;
   if (stat_fd(victim_fd, &st) != 0) return;
-  if (st.st_nlink == 0 || S_ISDIR(st.st_mode))
-    fs.db->remove_handle(fs.nodeid_of(st.st_ino));
-  else
-    fs.db->clear_handle_name(parent, name);
+  if (st.st_nlink == 0 || S_ISDIR(st.st_mode)) fs.db->remove_handle(fs.nodeid_of(st.st_ino));
+  else fs.db->clear_handle_name(parent, name);
 }
 
 void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name, int flags) {
@@ -658,10 +656,8 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
   }
   bool exposed = false;
   if (!err) {
-    if (op.txn())
-      err = txn_rename(fs, *op.txn(), *p, name, *np, newname, flags, &exposed);
-    else
-      err = ::renameat2(dir.get(), name, newdir.get(), newname, flags) == 0 ? 0 : errno;
+    if (op.txn()) err = txn_rename(fs, *op.txn(), *p, name, *np, newname, flags, &exposed);
+    else err = ::renameat2(dir.get(), name, newdir.get(), newname, flags) == 0 ? 0 : errno;
   }
   try {
     if (!err && !same && stat_fd(src, &sst) == 0) {
@@ -690,8 +686,8 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
       record_whiteout(fs, p, name);
     }
   } catch (const std::exception &ex) {
-    err = rows_not_written(fs, op, fmt::format("rename {} in {} to {} in {}", name, parent,
-                                               newname, newparent), ex);
+    err = rows_not_written(
+        fs, op, fmt::format("rename {} in {} to {} in {}", name, parent, newname, newparent), ex);
   }
   // Before the reply, after which the kernel moves its dentries: a name cached with a
   // lifetime must not answer from the cache at its new place (txn_rename). Where the

@@ -10,7 +10,7 @@
 namespace txnfs {
 
 void CommittedView::record(uint64_t txid, uint64_t dir, const std::string &name,
-                            EntryBefore before) {
+                           EntryBefore before) {
   MutexLock g(mu_);
   auto [it, inserted] = dirs_[dir].try_emplace(name, txid, std::move(before));
   if (inserted) by_txn_[txid].push_back({dir, name});
@@ -93,8 +93,7 @@ std::optional<ObjectBefore> CommittedView::object(uint64_t nodeid) {
   return b;
 }
 
-int CommittedView::read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off,
-                        size_t *len) {
+int CommittedView::read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off, size_t *len) {
   int err = 0;
   if (!until_quiet([&] { return (err = read_once(nodeid, fd, buf, size, off, len)) != EAGAIN; }))
     return EIO;

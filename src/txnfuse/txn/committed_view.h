@@ -44,7 +44,7 @@ struct EntryBefore {
 struct ObjectState {
   struct stat st {};
   std::map<uint64_t, std::pair<uint64_t, std::string>> ranges;  // off -> (end, data object)
-  std::string xattrs;                                // data object with the xattrs, or ""
+  std::string xattrs;  // data object with the xattrs, or ""
 };
 
 // A reader's copy of it, with its own fd of the transaction's log directory (the
@@ -83,8 +83,7 @@ class CommittedView {
   bool empty() EXCLUDES(mu_);
 
   // Objects (by nodeid). `note_*` are called before the change they describe.
-  void note_attrs(uint64_t txid, uint64_t nodeid, const struct stat &st, int log_fd)
-      EXCLUDES(mu_);
+  void note_attrs(uint64_t txid, uint64_t nodeid, const struct stat &st, int log_fd) EXCLUDES(mu_);
   void note_range(uint64_t nodeid, uint64_t off, uint64_t end, std::string data_object)
       EXCLUDES(mu_);
   void note_xattrs(uint64_t nodeid, std::string data_object) EXCLUDES(mu_);
@@ -104,8 +103,7 @@ class CommittedView {
   // would have hidden them go with its log. So a read during which any transaction
   // was forgotten, or that finds a saved range gone, is done again; one that saw no
   // transaction finish is consistent by the order above.
-  int read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off, size_t *len)
-      EXCLUDES(mu_);
+  int read(uint64_t nodeid, int fd, char *buf, size_t size, off_t off, size_t *len) EXCLUDES(mu_);
   // The committed attributes of `nodeid`: fstat of `fd` (the object in the tree),
   // replaced by what an open transaction saved before changing them. Returns false
   // when it replaced them (they may still change: do not cache them). On a failed

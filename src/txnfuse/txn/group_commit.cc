@@ -160,9 +160,10 @@ int GroupCommit::group_commit(Txn *t, Round why) {
           // Commit records instead: for good where trusted xattrs are missing or not
           // allowed, for this round when the disk is full (SQLite may still have room).
           if (err != ENOSPC) {
-            spdlog::warn("the durable mark of lazy commits cannot be written ({}): lazy "
-                         "commits get commit records in SQLite instead",
-                         std::strerror(err));
+            spdlog::warn(
+                "the durable mark of lazy commits cannot be written ({}): lazy "
+                "commits get commit records in SQLite instead",
+                std::strerror(err));
             mark_ok = false;
           }
           err = 0;
@@ -185,8 +186,7 @@ int GroupCommit::group_commit(Txn *t, Round why) {
             if (marked) b->durable_recorded = true;
           }
         });
-        if (!records.empty() || !batch.empty() || !forget.empty() || !forget_now.empty() ||
-            rows) {
+        if (!records.empty() || !batch.empty() || !forget.empty() || !forget_now.empty() || rows) {
           env_.db->transaction([&] {
             for (Txn *b : records) {
               env_.db->record_committed_txn(txn_row(*b));

@@ -126,7 +126,7 @@ class GroupCommit {
   uint64_t gc_requested_ GUARDED_BY(gc_mu_) = 0, gc_done_ GUARDED_BY(gc_mu_) = 0;
   bool gc_leader_ GUARDED_BY(gc_mu_) = false;
   bool gc_rows_ GUARDED_BY(gc_mu_) = false;  // someone but the flusher asked for the round
-  int gc_err_ GUARDED_BY(gc_mu_) = 0;  // the last round's error
+  int gc_err_ GUARDED_BY(gc_mu_) = 0;        // the last round's error
   LazyQueue lazy_queue_ GUARDED_BY(gc_mu_);  // lazy commits, commit order
   // The durable mark (set_lazy_durable) can be written here; false after it was refused:
   // lazy commits then get commit records, as durable ones do.
@@ -134,7 +134,7 @@ class GroupCommit {
   std::atomic<uint64_t> lazy_pending_{0};  // lazy commits not durable (queued or in a round)
   std::vector<uint64_t> forget_after_sync_ GUARDED_BY(gc_mu_);
   std::vector<uint64_t> forget_now_ GUARDED_BY(gc_mu_);
-  Mutex lazy_mu_{LockRank::kLazyStash};  // a leaf
+  Mutex lazy_mu_{LockRank::kLazyStash};                                       // a leaf
   std::unordered_map<uint64_t, uint32_t> lazy_stashed_ GUARDED_BY(lazy_mu_);  // nodeid -> links
   CondVar flush_cv_;  // the flusher: a lazy commit arrived, or stopping
   std::atomic<bool> stopping_{false};

@@ -61,8 +61,8 @@ class InlineFh {
 // tree (with the shared_ptr control block and the InodeTable's slot).
 struct Inode {
   uint64_t nodeid = 0;
-  uint64_t ino = 0;  // backing inode number
-  uint64_t nlookup = 0;  // guarded by the InodeTable's mutex (not annotated: another object's)
+  uint64_t ino = 0;         // backing inode number
+  uint64_t nlookup = 0;     // guarded by the InodeTable's mutex (not annotated: another object's)
   uint32_t generation = 0;  // backing generation (32 bits on XFS and ext4, see backing.cc)
   uint16_t type = 0;        // S_IFMT bits
   // Set once a transaction has changed the object, or a plain open wrote it with

@@ -14,10 +14,10 @@ namespace txnfs {
 
 bool lock_compatible(LockMode a, LockMode b) {
   //            IS     IX     S      X
-  static const bool m[4][4] = {{true, true, true, false},     // IS
-                               {true, true, false, false},    // IX
-                               {true, false, true, false},    // S
-                               {false, false, false, false}}; // X
+  static const bool m[4][4] = {{true, true, true, false},      // IS
+                               {true, true, false, false},     // IX
+                               {true, false, true, false},     // S
+                               {false, false, false, false}};  // X
   return m[int(a)][int(b)];
 }
 
@@ -96,8 +96,8 @@ bool LockManager::closes_cycle(const LockOwner &start, const LockKey &key, LockM
 
 void LockManager::grant(LockOwner &owner, const LockKey &key, LockMode mode) {
   Entry &e = table_[key];
-  auto h = std::find_if(e.holders.begin(), e.holders.end(),
-                        [&](auto &p) { return p.first == &owner; });
+  auto h =
+      std::find_if(e.holders.begin(), e.holders.end(), [&](auto &p) { return p.first == &owner; });
   if (h == e.holders.end()) e.holders.push_back({&owner, mode});
   else h->second = mode;
   owner.held_[key] = mode;
@@ -396,8 +396,7 @@ int LockManager::acquire_set_async(LockOwner &owner,
   return kParked;
 }
 
-int LockManager::acquire_set(LockOwner &owner,
-                             const std::vector<std::pair<LockKey, LockMode>> &set,
+int LockManager::acquire_set(LockOwner &owner, const std::vector<std::pair<LockKey, LockMode>> &set,
                              std::chrono::milliseconds timeout) {
   lock_order::assert_none_held("a lock set of the lock manager");
   auto done = std::make_shared<std::promise<int>>();

@@ -181,7 +181,7 @@ class LockManager {
 
   Mutex mu_{LockRank::kLockManager};
   std::unordered_map<LockKey, Entry, LockKeyHash> table_ GUARDED_BY(mu_);
-  std::list<LockWaiter> waiters_ GUARDED_BY(mu_);       // every parked wait
+  std::list<LockWaiter> waiters_ GUARDED_BY(mu_);          // every parked wait
   std::vector<LockWaiter *> set_waiters_ GUARDED_BY(mu_);  // sets, arrival order
   std::set<std::pair<std::chrono::steady_clock::time_point, LockWaiter *>> deadlines_
       GUARDED_BY(mu_);

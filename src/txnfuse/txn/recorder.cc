@@ -62,8 +62,7 @@ void save_attrs_locked(TxnEnv &env, Txn &t, int fd, const BackingId &id) REQUIRE
   TouchedObject &o = t.objects[env.nodeid_of(id.ino)];
   if (o.created || o.attrs_saved) return;
   struct stat st;
-  if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
-    throw_errno("stat", errno);
+  if (::fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) throw_errno("stat", errno);
   UndoStep s;
   s.kind = StepKind::Attrs;
   s.obj = id;
@@ -196,8 +195,8 @@ int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj) {
 // it, if anything.
 static int make_in_place(TxnEnv &env, Txn &t, const Inode &parent, const InodeFd &dirfd,
                          const char *name, mode_t mode,
-                         const std::function<int(int, const char *)> &make,
-                         UniqueFd *made) REQUIRES(t.mu) {
+                         const std::function<int(int, const char *)> &make, UniqueFd *made)
+    REQUIRES(t.mu) {
   if (int err = make(dirfd.get(), name)) return err;
   UniqueFd ofd(::openat(dirfd.get(), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
   struct stat born;
@@ -398,7 +397,8 @@ int txn_link(TxnEnv &env, Txn &t, const Inode &obj, const Inode &newparent, cons
     s.name = newname;
     log_of(env, t).append(s);
     t.entries[{newparent.nodeid, newname}] = false;
-    if (::linkat(AT_FDCWD, proc_path(objfd.get()).c_str(), newdirfd.get(), newname, AT_SYMLINK_FOLLOW) != 0)
+    if (::linkat(AT_FDCWD, proc_path(objfd.get()).c_str(), newdirfd.get(), newname,
+                 AT_SYMLINK_FOLLOW) != 0)
       return errno;
     return 0;
   });

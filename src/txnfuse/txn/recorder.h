@@ -34,8 +34,7 @@ int save_xattrs(TxnEnv &env, Txn &t, const Inode &obj);
 // exists). `made`, if given, receives an O_PATH fd of the new object (saves the caller
 // opening it again).
 int txn_make(TxnEnv &env, Txn &t, const Inode &parent, const char *name, mode_t mode,
-             const std::function<int(int dirfd, const char *name)> &make,
-             UniqueFd *made = nullptr);
+             const std::function<int(int dirfd, const char *name)> &make, UniqueFd *made = nullptr);
 // unlink (is_dir false) or rmdir (true) of `name` in `parent`.
 int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool is_dir);
 // *exposed is set when the rename moves a name the kernel may cache with a lifetime to

@@ -13,11 +13,16 @@ namespace {
 
 const char *state_name(int s) {
   switch (s) {
-    case TXNFS_ACTIVE: return "active";
-    case TXNFS_ABORT_ONLY: return "abort-only";
-    case TXNFS_COMMITTING: return "committing";
-    case TXNFS_COMMITTED: return "committed";
-    default: return "aborted";
+    case TXNFS_ACTIVE:
+      return "active";
+    case TXNFS_ABORT_ONLY:
+      return "abort-only";
+    case TXNFS_COMMITTING:
+      return "committing";
+    case TXNFS_COMMITTED:
+      return "committed";
+    default:
+      return "aborted";
   }
 }
 

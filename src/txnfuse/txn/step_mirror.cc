@@ -49,7 +49,9 @@ UndoRecordRow row_of(uint64_t txid, const UndoStep &s) {
 
 }  // namespace
 
-void StepMirror::start() { thread_ = std::thread([this] { loop(); }); }
+void StepMirror::start() {
+  thread_ = std::thread([this] { loop(); });
+}
 
 void StepMirror::stop() {
   {

@@ -32,7 +32,7 @@ struct TouchedObject {
   bool created = false;       // made by this transaction: nothing to back up
   bool attrs_saved = false;   // an Attrs step records its state before the first change
   bool xattrs_saved = false;  // an Xattrs step holds its xattrs before the first change
-  struct stat orig{};         // attributes before the first change
+  struct stat orig {};        // attributes before the first change
   IntervalSet backed_up;      // ranges already saved by Data steps
   uint32_t stashed = 0;       // names removed by this transaction whose object the
                               // log keeps (each still counts in the backing st_nlink)
@@ -40,12 +40,15 @@ struct TouchedObject {
 
 struct Txn : LockOwner {
   Txn(uint64_t id, uid_t uid, pid_t pid, unsigned flags)
-      : LockOwner(id), uid(uid), pid(pid), flags(flags),
+      : LockOwner(id),
+        uid(uid),
+        pid(pid),
+        flags(flags),
         started(std::chrono::steady_clock::now()),
         started_wall(std::chrono::system_clock::now()) {}
 
   const uid_t uid;
-  const pid_t pid;         // bound thread id, or process id with TXNFS_BIND_PROCESS
+  const pid_t pid;  // bound thread id, or process id with TXNFS_BIND_PROCESS
   const unsigned flags;
   const std::chrono::steady_clock::time_point started;
   const std::chrono::system_clock::time_point started_wall;  // for its txns row
@@ -69,8 +72,9 @@ struct Txn : LockOwner {
     uint64_t parent;
     std::string name;
   };
-  std::multimap<uint64_t, Unlinked> unlinked GUARDED_BY(mu);  // by nodeid: every name the transaction
-                                               // removed (an object may lose several)
+  std::multimap<uint64_t, Unlinked> unlinked
+      GUARDED_BY(mu);  // by nodeid: every name the transaction
+                       // removed (an object may lose several)
   // A copy of `unlinked`, and the log (null before the first change) in *log.
   std::multimap<uint64_t, Unlinked> unlinked_names(UndoLog **log) EXCLUDES(mu) {
     MutexLock g(mu);
@@ -83,9 +87,9 @@ struct Txn : LockOwner {
     std::string name;
   };
   std::vector<RowName> row_names GUARDED_BY(mu);  // handle-row names before renames, for abort
-  std::atomic<bool> wants_durable{false};  // fsync inside the transaction: commit durably
+  std::atomic<bool> wants_durable{false};         // fsync inside the transaction: commit durably
   // (Both under GroupCommit::gc_mu_.)
-  uint64_t commit_seq = 0;  // lazy commits: position in the commit order
+  uint64_t commit_seq = 0;                           // lazy commits: position in the commit order
   std::chrono::steady_clock::time_point lazy_since;  // lazy commits: when
   // Its txns row (MetaDb::TxnRow), written off the request path: what TxnManager::
   // mirror_rows last wrote (RowState, set inside mirror_rows' SQLite transaction), and,
@@ -98,15 +102,16 @@ struct Txn : LockOwner {
   std::atomic<int> row_state{kNoRow};
   std::atomic<int64_t> lazy_wall_us{0};
   std::atomic<bool> durable_recorded{false};
-  bool has_row = true;  // (written by the round before after_durable reads it)
-  int pidfd = -1;               // the owner, watched by the reaper (set before it is shared)
-  StepMirror *mirror = nullptr;  // copies its undo steps into SQLite (set before it is shared)
-  int commit_error = 0;         // set by the group-commit leader (under GroupCommit::gc_mu_)
+  bool has_row = true;              // (written by the round before after_durable reads it)
+  int pidfd = -1;                   // the owner, watched by the reaper (set before it is shared)
+  StepMirror *mirror = nullptr;     // copies its undo steps into SQLite (set before it is shared)
+  int commit_error = 0;             // set by the group-commit leader (under GroupCommit::gc_mu_)
   int inflight GUARDED_BY(mu) = 0;  // requests of this transaction being served
   std::string declared GUARDED_BY(mu);  // pieces of a predeclared lock set received so far
-  std::unordered_map<uint64_t, InodePtr> opened_for_writing GUARDED_BY(mu);  // by nodeid: objects it
-                                               // opened with write access (txn_writers.cc)
-  CondVar idle;                 // inflight dropped to 0
+  std::unordered_map<uint64_t, InodePtr> opened_for_writing
+      GUARDED_BY(mu);  // by nodeid: objects it
+                       // opened with write access (txn_writers.cc)
+  CondVar idle;        // inflight dropped to 0
 
   uint64_t id() const { return LockOwner::id(); }
   // Has this transaction changed the object, one that existed before it began (not one

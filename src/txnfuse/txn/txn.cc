@@ -60,7 +60,7 @@ void TxnManager::start() {
 void TxnManager::stop() {
   if (stopping_.exchange(true)) return;
   binding_.wake();
-  gc_.stop();  // the flusher makes every lazy commit durable first
+  gc_.stop();                  // the flusher makes every lazy commit durable first
   { MutexLock g(clean_mu_); }  // the cleaner is waiting, or will see stopping_
   clean_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
@@ -147,7 +147,7 @@ int TxnManager::commit(uid_t uid, uint64_t id, unsigned flags) {
   int expected = TXNFS_ACTIVE;
   if (!t->state.compare_exchange_strong(expected, TXNFS_COMMITTING)) {
     if (expected != TXNFS_ABORT_ONLY) return ENOENT;  // already finishing
-    return t->error ? int(t->error) : EDEADLK;  // it stays open; only abort ends it
+    return t->error ? int(t->error) : EDEADLK;        // it stays open; only abort ends it
   }
   return finish(t, true, flags & TXNFS_COMMIT_LAZY);
 }
@@ -276,7 +276,7 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
         for (auto &obj : r.removed) {
           env_.db->remove_handle(env_.nodeid_of(obj.ino));
           env_.cache->gone(env_.nodeid_of(obj.ino));  // before its locks are released
-          env_.fds.drop_unlinked(obj.ino);  // (gone: no request pins it again)
+          env_.fds.drop_unlinked(obj.ino);            // (gone: no request pins it again)
         }
         for (auto &obj : r.touched) env_.cache->inode(env_.nodeid_of(obj.ino));
         {
@@ -404,8 +404,7 @@ void TxnManager::update_rows(Txn &t) {
       // (an object that lost two names here has two).
       if (S_ISDIR(st.st_mode) || st.st_nlink <= unlinked.count(nodeid))
         env_.db->remove_handle(nodeid);
-      else
-        env_.db->clear_handle_name(u.parent, u.name);
+      else env_.db->clear_handle_name(u.parent, u.name);
     }
   } catch (const std::exception &e) {
     spdlog::error("transaction {}: updating handle rows: {}", t.id(), e.what());

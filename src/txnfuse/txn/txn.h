@@ -170,7 +170,7 @@ class TxnManager {
   // Lock hierarchy: src/sync/lock_order.h (binding_.mu_ 10, gc_.gc_mu_ 40, clean_mu_ 41).
   TxnBinding binding_;  // the open transactions, and the reaper's watch on their owners
   GroupCommit gc_;      // durable commits, the lazy queue and its flusher
-  Mutex writers_mu_{LockRank::kWriters};  // a leaf
+  Mutex writers_mu_{LockRank::kWriters};                                         // a leaf
   std::unordered_map<int, std::weak_ptr<Txn>> writers_ GUARDED_BY(writers_mu_);  // by backing fd
 
   // Background: owner-exit reaper and log cleaner.

@@ -68,8 +68,7 @@ int TxnBinding::bind(const TxnPtr &t) {
   pid_t owner = t->pid;
   {
     MutexLock g(mu_);
-    if ((process ? by_process_.count(owner) : by_thread_.count(owner)) != 0)
-      return EBUSY;
+    if ((process ? by_process_.count(owner) : by_thread_.count(owner)) != 0) return EBUSY;
     // The reaper watches the owner from now on (unbind stops it, also under mu_).
     epoll_event ev{};
     ev.events = EPOLLIN;

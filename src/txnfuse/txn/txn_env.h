@@ -74,15 +74,15 @@ class NoCache final : public CacheInvalidator {
 
 struct TxnEnv {
   StorePaths paths;
-  int tree_fd = -1;      // STORE/tree; also the mount fd for open_by_handle_at
-  int backups_fd = -1;   // STORE/.txnfs/backups, where undo logs live
+  int tree_fd = -1;     // STORE/tree; also the mount fd for open_by_handle_at
+  int backups_fd = -1;  // STORE/.txnfs/backups, where undo logs live
   uint64_t tree_ino = 0;
   bool reflink = true;     // back data up by range clones (else by copying)
   bool undo_sync = false;  // fsync the undo log after every step (for measurement)
   std::unique_ptr<MetaDb> db;
   LockManager locks;
-  CommittedView view;  // committed state of what open transactions changed
-  FdCache fds;         // O_PATH fds of known objects, opened by handle on demand
+  CommittedView view;                 // committed state of what open transactions changed
+  FdCache fds;                        // O_PATH fds of known objects, opened by handle on demand
   CacheInvalidator *cache = nullptr;  // never null once serving (NoCache for none)
   // Plain requests running without locks because no transaction was open when they
   // started; TxnManager::begin waits for them to finish.
