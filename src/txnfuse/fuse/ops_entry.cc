@@ -351,6 +351,13 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
       rc = ::fchownat(fd.get(), "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
     }
   }
+  // XFS changes nothing at all -- set-ID bits stay -- when a truncation that sets no
+  // times (truncate(2), not ftruncate) takes an empty file without extents to size 0
+  // (xfs_setattr_size); the daemon's own truncate below meets the same short cut.
+  bool xfs_no_op = false;
+  if (rc == 0 && (valid & kAttrs) == FUSE_SET_ATTR_SIZE && attr->st_size == 0 &&
+      stat_fd(fd.get(), &st) == 0)
+    xfs_no_op = st.st_size == 0 && st.st_blocks == 0;
   if (rc == 0 && (valid & FUSE_SET_ATTR_SIZE))
     rc = fi ? ::ftruncate(fd_of(fi), attr->st_size)
             : ::truncate(proc_path(fd.get()).c_str(), attr->st_size);
@@ -366,7 +373,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
   if (rc != 0) return (void)fuse_reply_err(req, errno);
   // A truncation clears set-ID bits (FUSE_SET_ATTR_KILL_SUID is the kernel's
   // FATTR_KILL_SUIDGID: both bits), unless the mode was set with it.
-  if ((valid & FUSE_SET_ATTR_SIZE) && !(valid & FUSE_SET_ATTR_MODE)) {
+  if ((valid & FUSE_SET_ATTR_SIZE) && !(valid & FUSE_SET_ATTR_MODE) && !xfs_no_op) {
     if (int e = stat_fd(fd.get(), &st)) return (void)fuse_reply_err(req, e);
     clear |= setid_bits_to_clear(req, st, SetidChange::kData, valid & FUSE_SET_ATTR_KILL_SUID);
   }
