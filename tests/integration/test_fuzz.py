@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+from txnfs_testing import txnfs_lib as tl
 from txnfs_testing.fuzz import divergences, driver, generator, oracles, syscalls
 
 SEED = int(os.environ.get("TXNFS_FUZZ_SEED", "1000"))
@@ -126,6 +127,26 @@ def test_cases_are_reproducible():
     a = generator.gen_case(7, "crash", 4, OPS)
     assert a == generator.gen_case(7, "crash", 4, OPS)
     assert generator.parse_case(generator.format_case(a)) == a
+
+
+def test_a_fuzzer_that_cannot_start_leaves_nothing_mounted(tmp_path):
+    """Its image is mounted before the first txnfs command; when that fails (here: no
+    binary), the image is unmounted and its loop device detached all the same."""
+    work = tmp_path / "fuzz"
+    work.mkdir()
+    old = os.environ.get("TXNFS_BIN")
+    os.environ["TXNFS_BIN"] = str(tmp_path / "no-such-txnfs")
+    try:
+        with pytest.raises(Exception):
+            oracles.Fuzzer(workdir=work)
+    finally:
+        if old is None:
+            del os.environ["TXNFS_BIN"]
+        else:
+            os.environ["TXNFS_BIN"] = old
+    assert not tl.is_mounted(work / "xfs"), "the image stayed mounted"
+    loops = tl.run(["losetup", "-j", work / "image"]).stdout.strip()
+    assert not loops, f"the loop device stayed: {loops}"
 
 
 def test_divergences_are_documented():

@@ -32,15 +32,19 @@ class Env:
         self.logs = workdir / "logs"
         for d in (self.xfs, self.mnt, self.logs):
             d.mkdir(parents=True, exist_ok=True)
-        with open(self.image, "wb") as f:
-            f.truncate(size)
-        tl.run(["mkfs.xfs", "-q", "-m", "reflink=1", self.image], check=True)
-        self.mount_xfs()
-        self.store = tl.Store(self.xfs / "store").init()
         self.proc: subprocess.Popen | None = None
         self.log_file: Path | None = None
         self.aborted_connections = 0
         self.stuck_in: list[str] = []   # kernel waits of daemons that survived SIGKILL
+        with open(self.image, "wb") as f:
+            f.truncate(size)
+        tl.run(["mkfs.xfs", "-q", "-m", "reflink=1", self.image], check=True)
+        self.mount_xfs()
+        try:
+            self.store = tl.Store(self.xfs / "store").init()
+        except BaseException:
+            self.close()   # (e.g. no txnfs binary): the image is not left mounted
+            raise
 
     # -- XFS --------------------------------------------------------------
     def mount_xfs(self):
