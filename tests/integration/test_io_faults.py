@@ -309,6 +309,25 @@ def test_rollback_of_a_commit_whose_record_was_not_synced_survives_a_crash(mnt):
     S.assert_same(before, S.snapshot(mnt.path), "after a crash in the rollback of a commit")
 
 
+def test_failed_commit_whose_rollback_cannot_sync_is_left_whole_to_recovery(mnt):
+    """The commit record is written and no sync succeeds from then on: the commit fails,
+    and its rollback cannot make the record say 'active' durably. It must not undo
+    anything then (cut short, its half-undone log would pass for a committed one's); the
+    next mount's recovery finds the transaction whole, committed or not, never torn."""
+    prepare(mnt)
+    with fail_at("db.sync:2+:EIO"), tl.crash_at("abort.mid_undo:1"):
+        mnt.mount()
+    tid = tl.txn_begin(mnt.path)
+    write_in_txn(mnt, "a")
+    write_in_txn(mnt, "b")
+    assert tl.txn_commit(mnt.path, tid) == -errno.EIO
+    assert tl.pid_alive(mnt.pid), "the rollback ran (abort.mid_undo fired)"
+    mnt.kill9()
+    mnt.mount()
+    got = contents(mnt)
+    assert got in (OLD, NEW), f"a torn transaction after recovery: {got}"
+
+
 @pytest.mark.parametrize("err_name", sorted(ERRNOS))
 def test_abort_restores_when_the_database_cannot_sync(mnt, err_name):
     """The abort's record cannot be synced: the abort still restores the tree at once.

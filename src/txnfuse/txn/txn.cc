@@ -223,6 +223,7 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
     row_names = t->row_names;
   }
   int err = 0;
+  bool commit_failed = false;  // its record may say 'committed', durably or not
   lazy = lazy && !t->wants_durable.load();
   if (commit) {
     // A durable commit that changed nothing still promises that everything it could see
@@ -233,6 +234,7 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
       spdlog::error("transaction {}: commit failed ({}); rolling back", t->id(),
                     std::strerror(err));
       commit = false;
+      commit_failed = true;
       err = EIO;
     }
   }
@@ -257,8 +259,12 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
         try {
           env_.db->sync();
         } catch (const std::exception &e) {
-          // The row is in the WAL, which a killed daemon leaves behind; what is lost is
-          // only the reconciling after a power cut. Not rolling back would leave the
+          // A failed commit's record may be durable as 'committed' and the 'active' row
+          // not: a rollback cut short would then be taken for a finished commit and
+          // its log discarded, half undone. It is left to recovery (the catch below).
+          if (commit_failed) throw;
+          // An abort's row only tells recovery to reconcile the handle table (no record
+          // ever said committed): the rollback goes on, rather than leave the aborted
           // changes visible to everyone until the next mount.
           spdlog::error("abort of transaction {}: {}; rolling back all the same", t->id(),
                         e.what());
