@@ -10,6 +10,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "store/crash_point.h"
 #include "store/error.h"
@@ -133,6 +134,7 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
       // Committed: its effects stay; the log is only what is left of the cleanup.
       discard_log(ctx, txid);
       rep.discarded++;
+      rep.finished_ids.push_back(txid);
       continue;
     }
     done = 0;
@@ -140,6 +142,7 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
     UndoResult r = undo_transaction(ctx, txid);
     TXNFS_CRASH_POINT("recover.after_txn");
     rep.rolled_back++;
+    rep.rolled_back_ids.push_back(txid);
     rep.steps += r.steps;
     rep.steps_undone += r.undone;
     rep.bytes_restored += r.bytes_restored;
@@ -227,6 +230,20 @@ std::string recovery_summary(const RecoveryReport &r) {
     s += fmt::format("; wrote {} handle row{} a stopped daemon had journaled", r.handles_replayed,
                      r.handles_replayed == 1 ? "" : "s");
   if (!r.problems.empty()) s += fmt::format("; {} PROBLEMS", r.problems.size());
+  return s;
+}
+
+std::string recovery_ids(const RecoveryReport &r) {
+  auto list = [](const std::vector<uint64_t> &ids) {
+    constexpr size_t kShown = 20;
+    std::vector<uint64_t> shown(ids.begin(), ids.begin() + std::min(ids.size(), kShown));
+    std::string s = fmt::format("{}", fmt::join(shown, ", "));
+    if (ids.size() > kShown) s += fmt::format(" and {} more", ids.size() - kShown);
+    return s;
+  };
+  std::string s;
+  if (!r.rolled_back_ids.empty()) s = "rolled back " + list(r.rolled_back_ids);
+  if (!r.finished_ids.empty()) s += (s.empty() ? "" : "; ") + ("finished " + list(r.finished_ids));
   return s;
 }
 

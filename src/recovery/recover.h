@@ -29,6 +29,8 @@ struct RecoveryOptions {
 struct RecoveryReport {
   uint64_t rolled_back = 0, discarded = 0, steps_undone = 0, steps = 0, bytes_restored = 0;
   uint64_t records_forgotten = 0;         // transaction records deleted
+  std::vector<uint64_t> rolled_back_ids;  // in the order rolled back
+  std::vector<uint64_t> finished_ids;     // committed: their logs discarded
   uint64_t handles_replayed = 0;          // handle rows written from the journal
   std::vector<std::string> handle_fixes;  // reconcile_handles() changes
   std::vector<std::string> problems;      // steps that could not be undone (force)
@@ -69,5 +71,10 @@ std::string damage_hint();
 // "rolled back 2 transactions (15 operations undone, 8192 bytes restored), finished 1
 // committed one, ... in 0.012 s" -- or "nothing to recover".
 std::string recovery_summary(const RecoveryReport &r);
+
+// "rolled back 12, 15; finished 9" (at most 20 ids of each, then "and N more"), or ""
+// when nothing was rolled back or finished: which transactions recovery decided on, for
+// the daemon's log and `txnfs recover`.
+std::string recovery_ids(const RecoveryReport &r);
 
 }  // namespace txnfs

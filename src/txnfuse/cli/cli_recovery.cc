@@ -42,6 +42,7 @@ void print_report(const std::string &store, const RecoveryReport &rep, bool verb
     fmt::print("handle table: ... and {} more changes (--verbose lists them)\n",
                rep.handle_fixes.size() - 10);
   for (auto &p : rep.problems) fmt::print("NOT RESTORED: {}\n", p);
+  if (verbose && !recovery_ids(rep).empty()) fmt::print("transactions: {}\n", recovery_ids(rep));
   fmt::print("{}: {}\n", store, recovery_summary(rep));
 }
 

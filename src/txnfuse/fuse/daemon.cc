@@ -148,6 +148,7 @@ int run_mount(const MountOptions &opts) {
     for (auto &p : rep.problems) spdlog::error("recovery: not restored: {}", p);
     for (auto &f : rep.handle_fixes) spdlog::info("recovery: handle table: {}", f);
     if (rep.anything()) spdlog::info("recovery: {}", recovery_summary(rep));
+    if (auto ids = recovery_ids(rep); !ids.empty()) spdlog::info("recovery: transactions {}", ids);
     fs.recoveries = rep.rolled_back;
     // A rollback (this recovery, an earlier one, or an abort) that could not restore
     // everything marked the store damaged: serving it as if nothing happened would

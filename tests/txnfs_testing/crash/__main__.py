@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from txnfs_testing.crash.driver import Runner, Violation
+from txnfs_testing.crash.driver import Runner, Violation, XfsLostStop
 from txnfs_testing.crash.points import crash_points, points_markdown
 
 
@@ -76,6 +76,8 @@ def main() -> int:
             print(f"VIOLATION: {e}\n  replay: tests/crash/run --seed {seed} --points "
                   f"{args.points} --kind {args.kind} --threads {args.threads}", flush=True)
         status = 1
+    except XfsLostStop:
+        status = 1                               # (xfs_lost() printed it)
     except KeyboardInterrupt:
         print("interrupted", flush=True)
         status = 130

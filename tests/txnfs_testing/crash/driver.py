@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from txnfs_testing import txnfs_lib as tl
-from txnfs_testing.crash.env import Env
+from txnfs_testing.crash.env import Env, XfsLost
 from txnfs_testing.crash.judge import judge_crash
 from txnfs_testing.crash.model import Obj, Part, actual, model_from_tree
 from txnfs_testing.crash.points import crash_points
@@ -49,6 +49,7 @@ class Stats:
     lazy_lost: int = 0            # acknowledged lazy commits a crash took (always a suffix)
     crashes_losing_lazy: int = 0
     workload_errors: list = field(default_factory=list)
+    xfs_lost: list = field(default_factory=list)  # images XFS could not mount after a power cut
 
     def summary(self, npoints) -> str:
         lines = [f"crash points: {sum(self.by_kind.values())} "
@@ -79,6 +80,10 @@ class Stats:
                      f"{self.aborted_connections}"
                      + (f" (waiting in {', '.join(sorted(set(self.stuck_in)))})" if self.stuck_in else ""))
         lines.append(f"workload errors (unexpected, no crash yet): {len(self.workload_errors)}")
+        if self.xfs_lost:
+            lines.append(f"XFS could not replay its own log after a power cut: "
+                         f"{len(self.xfs_lost)} time(s); each time the soak went on with a "
+                         f"fresh image (not a txnfs violation; see the kernel lines above)")
         lines.append(f"violations: {len(self.violations)}")
         for v in self.violations:
             lines.append("  " + v.splitlines()[0])
@@ -87,6 +92,10 @@ class Stats:
 
 class Violation(Exception):
     pass
+
+
+class XfsLostStop(Exception):
+    """A run without --keep-going stops at an image XFS could not mount again."""
 
 
 class Runner:
@@ -119,7 +128,8 @@ class Runner:
 
     # -- setup ------------------------------------------------------------
     def setup(self):
-        self.old_umask = os.umask(0)      # modes in the model are exact; restored by close()
+        if getattr(self, "old_umask", None) is None:  # (setup runs again after a lost image)
+            self.old_umask = os.umask(0)  # modes in the model are exact; restored by close()
         self.env = Env(self.work)
         rc, _ = self.env.mount("setup")
         assert rc is None, f"setup mount failed ({rc})"
@@ -225,13 +235,24 @@ class Runner:
             raise Violation(f"{where}: workload threads {hung} still blocked 60 s after the crash")
         if kind == "power":
             env.umount_xfs()
-            env.mount_xfs()
+            try:
+                env.mount_xfs()
+            except XfsLost as e:
+                self.xfs_lost(where, e)
+                return
         records = env.txn_records()
         logs = set(int(n) for n in env.backups_left() if n.isdigit())
+        # What the crash left, for the journal: a violation is judged against it.
+        mark, markers = env.lazy_marks(logs)
+        self.journal.write(json.dumps(
+            {"cycle": i, "after_crash": {"records": {str(t): s for t, s in sorted(records.items())},
+                                         "logs": sorted(logs), "durable_mark": mark,
+                                         "lazy_markers": {str(t): s for t, s in sorted(markers.items())}}}) + "\n")
         # A log whose marker the durable mark covers is a committed transaction's, as much
         # as one with a commit record (docs/crash-model.md, Lazy commit).
-        for t in env.marked_committed(logs):
-            records[t] = "committed"
+        for t, seq in markers.items():
+            if seq <= mark:
+                records[t] = "committed"
         for k, info in enumerate(wl.inflight):      # the journal gets the unfinished ones too
             if info:
                 self.journal.write(json.dumps(
@@ -278,6 +299,24 @@ class Runner:
         self.log(f"{label}: ok ({'fired' if fired or kind != 'inject' else 'not reached: killed'}, "
                  f"{wl.commits} commits, {wl.aborts} aborts, recovery "
                  f"{self.stats.recovery[-1]*1000:.1f} ms)")
+
+    def xfs_lost(self, where: str, e: XfsLost):
+        """XFS could not replay its own log after the power cut. Nothing of txnfs can be
+        judged on a file system that does not mount: reported apart from violations; a
+        soak (--keep-going) goes on with a fresh image and store, one run stops."""
+        msg = f"XFS LOST its image at {where}: {e}"
+        self.stats.xfs_lost.append(msg)
+        print(msg, flush=True)
+        if not self.keep_going:
+            raise XfsLostStop(msg)
+        self.journal.write(json.dumps({"cycle": where, "xfs_lost": str(e)}) + "\n")
+        problems = self.env.close()
+        if problems:
+            raise RuntimeError(f"cleaning up the lost image: {problems}")
+        self.env.image.rename(self.work / f"image.lost-{len(self.stats.xfs_lost)}")
+        if not self.keep_image:
+            (self.work / f"image.lost-{len(self.stats.xfs_lost)}").unlink()
+        self.setup()
 
     def alive_or_violation(self, where):
         rc = self.env.daemon_exited()

@@ -21,6 +21,11 @@ from txnfs_testing import txnfs_lib as tl
 from txnfs_testing.crash.workload import LOCK_TIMEOUT_MS
 
 
+class XfsLost(Exception):
+    """XFS itself could not mount the image again (its log recovery failed after a power
+    cut): the kernel's failure, not txnfs's; the image is lost."""
+
+
 class Env:
     """A loop-mounted XFS image with a store, and the daemon serving it (foreground)."""
 
@@ -48,7 +53,12 @@ class Env:
 
     # -- XFS --------------------------------------------------------------
     def mount_xfs(self):
-        tl.run(["mount", "-o", "loop", self.image, self.xfs], check=True)
+        p = tl.run(["mount", "-o", "loop", self.image, self.xfs])
+        if p.returncode != 0:
+            # The kernel says why (log recovery failing, say) in its log, not on stderr.
+            kernel = tl.run(["dmesg"]).stdout.splitlines()
+            raise XfsLost(f"mount -o loop {self.image}: {p.stderr.strip()}\n    kernel: "
+                          + "\n    kernel: ".join(ln for ln in kernel[-400:] if "XFS" in ln)[-2000:])
 
     def umount_xfs(self, release_timeout=60.0):
         """Unmounts the image and waits until its loop device is gone, which is when the
@@ -222,9 +232,9 @@ class Env:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def marked_committed(self, logs) -> set[int]:
-        """The logs (as the crash left them) whose commit marker is at or below the
-        durable mark of the backups directory."""
+    def lazy_marks(self, logs) -> tuple[int, dict[int, int]]:
+        """The durable mark of the backups directory and the commit markers of the logs
+        that have one, as the crash left them."""
         d = self.store.internal / "backups"
 
         def value(path, xattr, link):
@@ -239,12 +249,12 @@ class Env:
             except OSError:
                 return None
         mark = value(d, "trusted.txnfs.lazy_durable", None) or 0
-        out = set()
+        markers = {}
         for t in logs:
             seq = value(d / str(t), "trusted.txnfs.lazy", "lazy")
-            if seq is not None and seq <= mark:
-                out.add(t)
-        return out
+            if seq is not None:
+                markers[t] = seq
+        return mark, markers
 
     def backups_left(self) -> list[str]:
         d = self.store.internal / "backups"
