@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <string_view>
 
+#include "store/point_table.h"
+
 namespace txnfs::crash {
 
 struct Point {
@@ -107,11 +109,7 @@ inline constexpr Point kPoints[] = {
 inline constexpr size_t kCount = sizeof kPoints / sizeof kPoints[0];
 
 // Index of a point by name; a compile error for an unknown name.
-consteval int index_of(std::string_view name) {
-  for (size_t k = 0; k < kCount; k++)
-    if (std::string_view(kPoints[k].name) == name) return int(k);
-  throw "unknown crash point: add it to txnfs::crash::kPoints";
-}
+consteval int index_of(std::string_view name) { return point_index(kPoints, name); }
 
 // The point TXNFS_CRASH_AT armed (-1: none); written once before main().
 extern int armed;

@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <string_view>
 
+#include "store/point_table.h"
+
 namespace txnfs::fault {
 
 struct Point {
@@ -76,11 +78,7 @@ inline constexpr Point kPoints[] = {
 inline constexpr size_t kCount = sizeof kPoints / sizeof kPoints[0];
 
 // Index of a point by name; a compile error for an unknown name.
-consteval int index_of(std::string_view name) {
-  for (size_t k = 0; k < kCount; k++)
-    if (std::string_view(kPoints[k].name) == name) return int(k);
-  throw "unknown fault point: add it to txnfs::fault::kPoints";
-}
+consteval int index_of(std::string_view name) { return point_index(kPoints, name); }
 
 // The point TXNFS_FAIL_AT armed (-1: none); written once before main().
 extern int armed;

@@ -113,6 +113,12 @@ enum class SetidChange {
 // without CAP_FSETID); without it the daemon asks /proc.
 mode_t setid_bits_to_clear(fuse_req_t req, const struct stat &st, SetidChange why,
                            bool kernel_kill = false);
+// A SETATTR that sets nothing is chown(f, -1, -1), or the kernel clearing set-ID bits
+// before a write (file_remove_privs); the request does not say which. 0 if the caller
+// may clear the bits `clear` (kChown's) from an object with attributes `st` that way,
+// else EPERM: XFS refuses the mode change such a chown implies to a caller that neither
+// owns the object nor has CAP_FOWNER, and lets the write's through.
+int may_clear_by_empty_setattr(fuse_req_t req, const struct stat &st, mode_t clear);
 // Clears `bits` from the mode of `fd` (may be O_PATH); sets *changed if it did.
 // Returns 0 or an errno.
 int clear_setid_bits(int fd, mode_t bits, bool *changed = nullptr);

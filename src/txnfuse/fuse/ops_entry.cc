@@ -348,6 +348,8 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
     rc = ::fstatat(fd.get(), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
     if (rc == 0) {
       clear = setid_bits_to_clear(req, st, SetidChange::kChown);  // by the old group
+      if (!(valid & kAttrs))
+        if (int e = may_clear_by_empty_setattr(req, st, clear)) return (void)fuse_reply_err(req, e);
       rc = ::fchownat(fd.get(), "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
     }
   }

@@ -87,6 +87,19 @@ mode_t setid_bits_to_clear(fuse_req_t req, const struct stat &st, SetidChange wh
   return 0;
 }
 
+int may_clear_by_empty_setattr(fuse_req_t req, const struct stat &st, mode_t clear) {
+  const fuse_ctx *ctx = fuse_req_ctx(req);
+  if (!clear || ctx->uid == st.st_uid) return 0;
+  std::optional<bool> fowner = ctx->pid > 0 ? has_capability(ctx->pid, kCapFowner) : std::nullopt;
+  if (fowner ? *fowner : ctx->uid == 0) return 0;
+  // Not the owner: a chown is refused, a write's clearing is not. A writer has the file
+  // open for writing; a caller that has it open so and calls chown(f, -1, -1) is taken
+  // for a writer (docs/isolation.md, set-ID bits).
+  std::optional<bool> writing =
+      ctx->pid > 0 ? has_open_for_writing(ctx->pid, st.st_ino) : std::nullopt;
+  return writing.value_or(false) ? 0 : EPERM;
+}
+
 int clear_setid_bits(int fd, mode_t bits, bool *changed) {
   struct stat st;
   if (!bits) return 0;

@@ -27,7 +27,9 @@
 // Lock hierarchy (src/sync/lock_order.h): gc_mu_ (rank 40, a leaf below
 // TxnBinding::mu_ and MetaDb's) guards the rounds, the lazy queue and the records to
 // forget; it is released across syncfs, SQLite and after_durable. lazy_mu_ (95) is a
-// leaf of its own, taken by getattr (adjust_lazy).
+// leaf of its own, taken by getattr (adjust_lazy). Its order after TxnBinding::mu_ has no
+// ACQUIRED_AFTER here (neither class sees the other's mutex): the ranks enforce it at run
+// time; TxnManager::clean_mu_ names gc_mu_ as the one before it.
 #pragma once
 #include <sys/stat.h>
 

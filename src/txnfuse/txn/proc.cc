@@ -1,5 +1,7 @@
 #include "txnfuse/txn/proc.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,6 +57,31 @@ std::optional<bool> has_capability(pid_t tid, int cap) {
     if (ns != own_ns) return false;
   }
   return has;
+}
+
+std::optional<bool> has_open_for_writing(pid_t tid, ino_t ino) {
+  std::string dir = "/proc/" + std::to_string(tid) + "/fdinfo";
+  DIR *d = ::opendir(dir.c_str());
+  if (!d) return std::nullopt;
+  bool found = false;
+  while (struct dirent *e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    // "pos: ...", "flags: 0100002" (octal), "mnt_id: ...", "ino: ..."
+    std::ifstream f(dir + "/" + e->d_name);
+    std::string line;
+    unsigned long flags = 0;
+    bool same = false;
+    while (std::getline(f, line)) {
+      if (line.rfind("flags:", 0) == 0) flags = std::stoul(line.substr(6), nullptr, 8);
+      else if (line.rfind("ino:", 0) == 0) same = std::stoull(line.substr(4)) == uint64_t(ino);
+    }
+    if (same && (flags & O_ACCMODE) != O_RDONLY) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
 }
 
 }  // namespace txnfs
