@@ -147,7 +147,11 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
     rep.steps_undone += r.undone;
     rep.bytes_restored += r.bytes_restored;
     for (auto &p : r.problems) rep.problems.push_back(fmt::format("transaction {}: {}", txid, p));
-    for (auto &obj : r.removed) db.remove_handle(obj.ino == uint64_t(tst.st_ino) ? 1 : obj.ino);
+    for (auto &obj : r.removed) {  // (only rows that still name it: see TxnManager::finish)
+      uint64_t nodeid = obj.ino == uint64_t(tst.st_ino) ? 1 : obj.ino;
+      if (auto row = db.handle(nodeid); row && row->generation == obj.generation)
+        db.remove_handle(nodeid);
+    }
   }
   // Handle rows a killed daemon had journaled but not written, of objects that are
   // still there (after the rollbacks: none of an object a rollback removed).

@@ -59,8 +59,8 @@ void Invalidator::xattrs_restored(uint64_t nodeid) {
   if (InodePtr i = inodes_.get(nodeid)) i->default_acl = Inode::kUnknown;
 }
 
-void Invalidator::gone(uint64_t nodeid) {
-  if (InodePtr i = inodes_.get(nodeid)) i->gone = true;
+void Invalidator::gone(uint64_t nodeid, uint64_t generation) {
+  if (InodePtr i = inodes_.get(nodeid); i && i->generation == generation) i->gone = true;
 }
 
 bool Invalidator::expire_names() {

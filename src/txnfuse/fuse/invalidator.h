@@ -41,7 +41,7 @@ class Invalidator final : public CacheInvalidator {
   bool quick(uint64_t nodeid) override;
   void inode_now(uint64_t nodeid) override;
   void post() override;
-  void gone(uint64_t nodeid) override;
+  void gone(uint64_t nodeid, uint64_t generation) override;
   bool known(uint64_t nodeid) override { return inodes_.get(nodeid) != nullptr; }
   void xattrs_restored(uint64_t nodeid) override;
   // FUSE_NOTIFY_INC_EPOCH (protocol 7.44): the kernel counts its cached names stale.

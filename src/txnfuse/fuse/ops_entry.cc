@@ -28,7 +28,14 @@ InodePtr inode_of(fuse_req_t req, fuse_ino_t nodeid) {
   Fs &fs = fs_of(req);
   if (nodeid == FUSE_ROOT_ID) return fs.root;
   InodePtr i = fs.inodes.get(nodeid);
-  return i && !i->gone ? i : nullptr;
+  if (i && !i->gone) return i;
+  // The kernel holds a lookup of every nodeid it sends: one the table lacks is a fault of
+  // the daemon's bookkeeping (an object whose creator aborted is `gone`, and expected).
+  static std::atomic<int> logged{0};
+  if (!i && logged.fetch_add(1, std::memory_order_relaxed) < 20)
+    spdlog::warn("request from pid {} names nodeid {}, which the daemon does not know: "
+                 "answered ESTALE", fuse_req_ctx(req)->pid, nodeid);
+  return nullptr;
 }
 
 namespace {

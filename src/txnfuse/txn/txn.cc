@@ -279,10 +279,15 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
         for (auto &p : r.problems) spdlog::error("abort of {}: {}", t->id(), p);
         // An incomplete rollback is an error the caller must hear of.
         if (!r.problems.empty()) err = EIO;
+        // A removed object may have gone before the rollback (the transaction removed
+        // what it had made) and XFS may have given its inode number, its nodeid, to
+        // another object since: only what still names this object goes.
         for (auto &obj : r.removed) {
-          env_.db->remove_handle(env_.nodeid_of(obj.ino));
-          env_.cache->gone(env_.nodeid_of(obj.ino));  // before its locks are released
-          env_.fds.drop_unlinked(obj.ino);            // (gone: no request pins it again)
+          uint64_t nodeid = env_.nodeid_of(obj.ino);
+          if (auto row = env_.db->handle(nodeid); row && row->generation == obj.generation)
+            env_.db->remove_handle(nodeid);
+          env_.cache->gone(nodeid, obj.generation);  // before its locks are released
+          env_.fds.drop_unlinked(obj.ino);           // (gone: no request pins it again)
         }
         for (auto &obj : r.touched) env_.cache->inode(env_.nodeid_of(obj.ino));
         {

@@ -43,7 +43,9 @@ class CacheInvalidator {
   virtual void inode_now(uint64_t nodeid) = 0;
   // Has another thread send what is queued, for a caller that must not wait for the kernel.
   virtual void post() = 0;
-  virtual void gone(uint64_t nodeid) = 0;
+  // Marks the object (nodeid, generation) gone: nothing if the nodeid now names another
+  // object (XFS gave its inode number away after the transaction removed it itself).
+  virtual void gone(uint64_t nodeid, uint64_t generation) = 0;
   // Whether the cache still holds the object (for the daemon: the kernel has not sent
   // its FORGET). While it does, a removed object may still be in use through it (on
   // XFS an O_PATH fd or a working directory keeps an unlinked object), so the fd cache
@@ -66,7 +68,7 @@ class NoCache final : public CacheInvalidator {
   bool quick(uint64_t) override { return true; }
   void inode_now(uint64_t) override {}
   void post() override {}
-  void gone(uint64_t) override {}
+  void gone(uint64_t, uint64_t) override {}
   bool known(uint64_t) override { return false; }
   void xattrs_restored(uint64_t) override {}
   bool expire_names() override { return true; }
