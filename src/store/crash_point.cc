@@ -17,14 +17,24 @@ int armed = -1;
 namespace {
 
 std::atomic<long> remaining{0};
+long pause_ms = 0;  // TXNFS_PAUSE_AT: every arrival sleeps this long instead
 std::string parse_error;
 void (*test_crash)() = nullptr;  // arm_for_test: called instead of _exit
 
-// Reads TXNFS_CRASH_AT=NAME:COUNT once, before main() runs.
+// Reads TXNFS_CRASH_AT=NAME:COUNT (or TXNFS_PAUSE_AT=NAME:MS) once, before main() runs.
 struct Parse {
   Parse() {
     const char *v = std::getenv("TXNFS_CRASH_AT");
+    const char *pause = std::getenv("TXNFS_PAUSE_AT");
+    if (pause && *pause) {
+      if (v && *v) {
+        parse_error = "TXNFS_CRASH_AT and TXNFS_PAUSE_AT are both set: arm one point at a time";
+        return;
+      }
+      v = pause;
+    }
     if (!v || !*v) return;
+    const char *var = pause && *pause ? "TXNFS_PAUSE_AT=" : "TXNFS_CRASH_AT=";
     std::string s = v;
     auto colon = s.rfind(':');
     std::string name = colon == std::string::npos ? s : s.substr(0, colon);
@@ -34,17 +44,18 @@ struct Parse {
       errno = 0;
       count = std::strtol(s.c_str() + colon + 1, &end, 10);
       if (errno || end == s.c_str() + colon + 1 || *end || count < 1) {
-        parse_error = "TXNFS_CRASH_AT=" + s + ": the count after ':' must be a positive integer";
+        parse_error = var + s + ": the number after ':' must be a positive integer";
         return;
       }
     }
     for (size_t k = 0; k < kCount; k++)
       if (name == kPoints[k].name) {
-        remaining = count;
+        if (pause && *pause) pause_ms = count;
+        else remaining = count;
         armed = int(k);
         return;
       }
-    parse_error = "TXNFS_CRASH_AT=" + s + ": no crash point named '" + name +
+    parse_error = var + s + ": no crash point named '" + name +
                   "' (txnfs crash-points lists them)";
   }
 } parse;
@@ -53,6 +64,10 @@ struct Parse {
 
 void reached(int index) {
   if (index != armed) return;
+  if (pause_ms > 0) {  // a test widening a race window: the process goes on
+    ::usleep(useconds_t(pause_ms * 1000));
+    return;
+  }
   if (remaining.fetch_sub(1) != 1) return;
   if (test_crash) {
     armed = -1;

@@ -114,6 +114,8 @@ consteval int index_of(std::string_view name) { return point_index(kPoints, name
 // The point TXNFS_CRASH_AT armed (-1: none); written once before main().
 extern int armed;
 // Counts an arrival at the armed point; the COUNT-th one exits the process with 137.
+// With TXNFS_PAUSE_AT=NAME:MS instead, every arrival sleeps MS milliseconds and goes on:
+// tests use it to hold a thread inside a race window (never in production).
 void reached(int index);
 
 // Throws txnfs::Error when TXNFS_CRASH_AT was set but could not be parsed.

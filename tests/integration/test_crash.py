@@ -134,13 +134,19 @@ def test_checker_reads_a_commit_that_changed_nothing_both_ways():
 
 
 def test_crash_at_is_checked():
-    """An unknown point or a bad count in TXNFS_CRASH_AT makes every command refuse."""
+    """An unknown point or a bad count in TXNFS_CRASH_AT (or TXNFS_PAUSE_AT) makes every
+    command refuse, as does setting both."""
     import subprocess
     from txnfs_testing import txnfs_lib as tl
-    for bad in ("no.such.point:1", "txn.after_begin:0", "txn.after_begin:x"):
-        p = subprocess.run([tl.txnfs_bin(), "crash-points"], capture_output=True, text=True,
-                           env={**os.environ, "TXNFS_CRASH_AT": bad})
-        assert p.returncode == 1 and "TXNFS_CRASH_AT" in p.stderr, (bad, p.stderr)
+    for var in ("TXNFS_CRASH_AT", "TXNFS_PAUSE_AT"):
+        for bad in ("no.such.point:1", "txn.after_begin:0", "txn.after_begin:x"):
+            p = subprocess.run([tl.txnfs_bin(), "crash-points"], capture_output=True,
+                               text=True, env={**os.environ, var: bad})
+            assert p.returncode == 1 and var in p.stderr, (var, bad, p.stderr)
+    p = subprocess.run([tl.txnfs_bin(), "crash-points"], capture_output=True, text=True,
+                       env={**os.environ, "TXNFS_CRASH_AT": "txn.after_begin:1",
+                            "TXNFS_PAUSE_AT": "txn.after_begin:10"})
+    assert p.returncode == 1 and "both set" in p.stderr, p.stderr
 
 
 def test_power_cut_while_another_mount_namespace_holds_the_image(tmp_path):

@@ -523,6 +523,53 @@ def test_abort_then_commit_same_objects(mnt):
     S.assert_no_backups(mnt.store)
 
 
+def test_an_abort_leaves_alone_the_object_that_took_the_inode_number_it_freed(mnt):
+    """An abort removes what its transaction made, and only later marks those objects
+    gone and drops their handle rows. XFS may give the inode number (the nodeid) to an
+    object made meanwhile by someone else: that object must stay usable, not answer
+    ESTALE (a crash soak met it as a create failing with ESTALE). The window is held
+    open with TXNFS_PAUSE_AT at the point right after the rollback, and the fd cache kept
+    small, which otherwise holds the removed objects until then."""
+    import threading
+    mnt.umount()
+    os.environ["TXNFS_PAUSE_AT"] = "abort.after_undo:1500"
+    try:
+        mnt.mount("--fd-cache", "1")  # (a cached fd would keep a removed inode alive)
+    finally:
+        del os.environ["TXNFS_PAUSE_AT"]
+    m = Path(mnt.path)
+    os.mkdir(m / "d")
+    made = {}
+
+    def txn():
+        tid = tl.txn_begin(m)
+        for k in range(8):
+            tl.write_file(m / "d" / f"made{k}", b"made by the aborted transaction")
+        made["inos"] = {os.stat(m / "d" / f"made{k}").st_ino for k in range(8)}
+        made["abort"] = tl.txn_abort(m, tid)   # rolls back, then pauses 1.5 s
+
+    t = threading.Thread(target=txn)
+    t.start()
+    while "inos" not in made:
+        time.sleep(0.01)
+    time.sleep(0.3)   # the abort is inside its pause now: the files are gone
+    reused = []
+    for k in range(64):
+        p = m / "d" / f"plain{k}"
+        tl.write_file(p, b"made outside any transaction")
+        if os.stat(p).st_ino in made["inos"]:
+            reused.append(p)
+    t.join(30)
+    assert made["abort"] == 0
+    assert reused, "XFS gave none of the freed inode numbers away (nothing was tested)"
+    for p in reused:
+        assert p.read_bytes() == b"made outside any transaction", p
+        tl.write_file(p, b"still usable")
+    mnt.umount()
+    p = mnt.store.fsck()
+    assert p.returncode == 0, tl.output_of(p)
+
+
 def test_link_count_right_after_commit(mnt):
     """A transaction unlinks (or renames over) one name of a hard-linked file and commits:
     as soon as commit returns, the other name shows the new link count -- on the mount
