@@ -194,14 +194,36 @@ class Env:
             tl.run(["umount", "-l", self.mnt])
 
     def umount(self):
-        """Clean unmount; the daemon must exit 0."""
-        p = tl.txnfs("umount", self.mnt)
+        """Clean unmount; the daemon must exit 0. A mount still busy for a moment after the
+        workload's processes exited (the kernel may release their files a little later)
+        is tried again for up to 10 s; then the processes that use it are named."""
+        deadline = time.monotonic() + 10
+        while True:
+            p = tl.txnfs("umount", self.mnt)
+            if p.returncode == 0 or "busy" not in tl.output_of(p) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         if p.returncode != 0:
-            raise RuntimeError(f"txnfs umount: {tl.output_of(p)}")
+            raise RuntimeError(f"txnfs umount: {tl.output_of(p)}; used by: {self.users()}")
         rc = self.proc.wait(30) if self.proc else 0
         self.proc = None
         if rc != 0:
             raise RuntimeError(f"daemon exited {rc} after umount (log {self.log_file})")
+
+    def users(self) -> list[str]:
+        """Processes with a file, a mapping or their working directory under the mount."""
+        root, out = str(self.mnt), []
+        for d in Path("/proc").glob("[0-9]*"):
+            try:
+                links = [os.readlink(d / "cwd"), os.readlink(d / "root")]
+                links += [os.readlink(f) for f in (d / "fd").iterdir()]
+                links += [ln.split(None, 5)[5] for ln in (d / "maps").read_text().splitlines()
+                          if len(ln.split(None, 5)) == 6]
+                if any(x == root or x.startswith(root + "/") for x in links):
+                    out.append(f"{d.name} ({(d / 'comm').read_text().strip()})")
+            except OSError:
+                continue
+        return out[:10]
 
     def recovery_seconds(self) -> float:
         """The recovery time the daemon logged (0 when there was nothing to recover).
