@@ -362,9 +362,10 @@ void op_setattr(fuse_req_t req, fuse_ino_t nodeid, struct stat *attr, int valid,
   }
   // XFS changes nothing at all -- set-ID bits stay -- when a truncation that sets no
   // times (truncate(2), not ftruncate) takes an empty file without extents to size 0
-  // (xfs_setattr_size); the daemon's own truncate below meets the same short cut.
+  // (xfs_setattr_size); the daemon's own truncate below meets the same short cut. FUSE
+  // sends neither call's times (update_mtime): an ftruncate is the one with a file.
   bool xfs_no_op = false;
-  if (rc == 0 && (valid & kAttrs) == FUSE_SET_ATTR_SIZE && attr->st_size == 0 &&
+  if (rc == 0 && !fi && (valid & kAttrs) == FUSE_SET_ATTR_SIZE && attr->st_size == 0 &&
       stat_fd(fd.get(), &st) == 0)
     xfs_no_op = st.st_size == 0 && st.st_blocks == 0;
   if (rc == 0 && (valid & FUSE_SET_ATTR_SIZE))
