@@ -570,6 +570,30 @@ def test_an_abort_leaves_alone_the_object_that_took_the_inode_number_it_freed(mn
     assert p.returncode == 0, tl.output_of(p)
 
 
+def test_a_directory_removed_in_a_transaction_shows_link_count_0_as_on_xfs(mnt, xfs):
+    """rmdir (or a rename over an empty directory) inside a transaction: an fd still
+    open on the directory shows link count 0, as on XFS -- although the undo log keeps
+    the directory, with its links, until the transaction ends."""
+    def run(root: Path, in_txn: bool):
+        os.mkdir(root / "gone")
+        os.mkdir(root / "victim")
+        os.mkdir(root / "mover")
+        fds = [os.open(root / n, os.O_RDONLY | os.O_DIRECTORY) for n in ("gone", "victim")]
+        tid = tl.txn_begin(root) if in_txn else None
+        try:
+            os.rmdir(root / "gone")
+            os.rename(root / "mover", root / "victim")
+            return [os.fstat(fd).st_nlink for fd in fds]
+        finally:
+            if tid is not None:
+                assert tl.txn_commit(root, tid) == 0
+            for fd in fds:
+                os.close(fd)
+    want = run(xfs.dir, False)
+    assert want == [0, 0], want
+    assert run(Path(mnt.path), True) == want
+
+
 def test_link_count_right_after_commit(mnt):
     """A transaction unlinks (or renames over) one name of a hard-linked file and commits:
     as soon as commit returns, the other name shows the new link count -- on the mount

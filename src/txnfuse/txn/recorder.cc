@@ -284,6 +284,7 @@ int txn_remove(TxnEnv &env, Txn &t, const Inode &parent, const char *name, bool 
     if (int err = log_of(env, t).stash(dirfd.get(), name, s, &seq)) return err;
     t.unlinked.emplace(nodeid, Txn::Unlinked{step_name(seq) + ".d", parent.nodeid, name});
     if (!is_dir) t.objects[nodeid].stashed++;
+    else t.objects[nodeid].dir_removed = true;
     return 0;
   });
 }
@@ -373,6 +374,7 @@ int txn_rename(TxnEnv &env, Txn &t, const Inode &parent, const char *name, const
     uint64_t victim = env.nodeid_of(dst.st_ino);
     t.unlinked.emplace(victim, Txn::Unlinked{stash, newparent.nodeid, newname});
     if (!S_ISDIR(dst.st_mode)) t.objects[victim].stashed++;
+    else t.objects[victim].dir_removed = true;
     return 0;
   });
 }

@@ -36,6 +36,8 @@ struct TouchedObject {
   IntervalSet backed_up;      // ranges already saved by Data steps
   uint32_t stashed = 0;       // names removed by this transaction whose object the
                               // log keeps (each still counts in the backing st_nlink)
+  bool dir_removed = false;   // a directory this transaction removed (the log keeps it,
+                              // with its links): it shows link count 0, as on XFS
 };
 
 struct Txn : LockOwner {
@@ -132,7 +134,9 @@ struct Txn : LockOwner {
   void adjust(struct stat &st, uint64_t nodeid) EXCLUDES(mu) {
     MutexLock g(mu);
     auto it = objects.find(nodeid);
-    if (it != objects.end() && it->second.stashed) st.st_nlink -= it->second.stashed;
+    if (it == objects.end()) return;
+    if (it->second.stashed) st.st_nlink -= it->second.stashed;
+    if (it->second.dir_removed) st.st_nlink = 0;
   }
   bool process_bound() const { return flags & TXNFS_BIND_PROCESS; }
   // Makes the transaction abort-only; later requests fail with `err`.
