@@ -85,20 +85,16 @@ def _truncate_zero(p):
     os.truncate(p, 0)
 
 
+def _ftruncate(p, size=20000):
+    fd = os.open(p, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
 def _ftruncate_zero(p):
-    fd = os.open(p, os.O_WRONLY)
-    try:
-        os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)
-
-
-def _ftruncate(p):
-    fd = os.open(p, os.O_WRONLY)
-    try:
-        os.ftruncate(fd, 20000)
-    finally:
-        os.close(fd)
+    _ftruncate(p, 0)
 
 
 def _open_trunc(p):
