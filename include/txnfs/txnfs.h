@@ -90,6 +90,27 @@ int txnfs_begin3(const char *mount_path, unsigned flags, pid_t pid, uint32_t loc
  *  "lazy":{"not_durable":0,"oldest_ms":0,"flush_ms":5}} */
 int txnfs_status_json(const char *mount_path, char *buf, size_t len);
 
+/* A transaction's view: the file system as transaction ID sees it, through kernel
+ * inodes of its own (docs/isolation.md, "Views"). Only what reaches the mount through
+ * the view belongs to the transaction whoever does it, and nobody outside it sees its
+ * uncommitted state, not even through the kernel's caches. Only ID's owner and root
+ * may enter it (-EACCES); once ID ends, everything reached through it answers ESTALE.
+ *
+ * txnfs_view_path() writes "MOUNT/.txnfs/ID" into BUF (LEN bytes; -ERANGE if too
+ * small), MOUNT being the mount point of the mount that holds MOUNT_PATH: paths below
+ * it are the view's.
+ *
+ * txnfs_enter_view() makes MOUNT itself show the view, for the calling thread and the
+ * processes it starts from then on: a private mount namespace with the view bind-mounted
+ * over MOUNT. Root gets a mount namespace of its own; another user a user namespace too,
+ * which maps only its own uid and gid (files of other owners show as nobody, set-ID
+ * programs run without their privileges), and which only a single-threaded process can
+ * enter (-EINVAL otherwise). `txnfs run` runs its command this way. There is no way
+ * back: enter in a child process (after fork) or a thread that ends with the
+ * transaction. */
+int txnfs_view_path(const char *mount_path, txnfs_id_t id, char *buf, size_t len);
+int txnfs_enter_view(const char *mount_path, txnfs_id_t id);
+
 /* The same calls on an fd the caller keeps open on the mount (any file or directory of
  * it, e.g. open(MOUNT, O_RDONLY | O_DIRECTORY)), for callers that make many: each call is
  * then one request to the daemon instead of an open, the request and a close. The fd

@@ -26,6 +26,8 @@ const char *lock_rank_name(LockRank r) {
       return "LockManager::mu_";
     case LockRank::kInodeTable:
       return "InodeTable::mu_";
+    case LockRank::kViews:
+      return "Views::mu_";
     case LockRank::kFdCache:
       return "FdCache::mu_";
     case LockRank::kCommittedView:

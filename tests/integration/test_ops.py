@@ -823,7 +823,10 @@ def test_internal_area_not_reachable(mnt):
     m = mnt.path
     names = set(os.listdir(m))
     assert ".txnfs" not in names and "meta.db" not in names and "tree" not in names
-    assert tl.errno_of(os.stat, m / ".txnfs") == errno.ENOENT
+    # MOUNT/.txnfs is the directory of transactions' views (docs/isolation.md, "Views"),
+    # not the store's internal area: nothing of that is in it
+    assert os.listdir(m / ".txnfs") == []
+    assert os.stat(m / ".txnfs").st_ino != os.stat(mnt.store.internal).st_ino
     assert tl.errno_of(os.stat, m / ".txnfs" / "meta.db") == errno.ENOENT
     assert tl.errno_of(os.stat, m / "meta.db") == errno.ENOENT
     # the mount root's parent is outside the mount, not the store
@@ -851,8 +854,9 @@ def test_internal_area_not_reachable(mnt):
                         f"opened an object through the mount (st_ino {st.st_ino})")
     finally:
         os.close(mfd)
-    # a user-made .txnfs inside the tree is an ordinary name
-    os.mkdir(m / ".txnfs")
-    write_file(m / ".txnfs" / "meta.db", b"just a file")
-    assert read_file(mnt.store.tree / ".txnfs" / "meta.db") == b"just a file"
+    # in the root, .txnfs is taken (the views); below it, .txnfs is an ordinary name
+    assert tl.errno_of(os.mkdir, m / ".txnfs") == errno.EEXIST
+    os.makedirs(m / "sub" / ".txnfs")
+    write_file(m / "sub" / ".txnfs" / "meta.db", b"just a file")
+    assert read_file(mnt.store.tree / "sub" / ".txnfs" / "meta.db") == b"just a file"
     assert mnt.store.db.read_bytes()[:16] == b"SQLite format 3\0"

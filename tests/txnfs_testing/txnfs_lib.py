@@ -871,6 +871,19 @@ def txn_begin2_rc(mount, flags, pid, lock_timeout_ms):
     return rc, tid.value
 
 
+def view_path(mount, tid) -> str:
+    """MOUNTPOINT/.txnfs/ID as libtxnfs's txnfs_view_path says (the transaction's view)."""
+    lib = libtxnfs()
+    lib.txnfs_view_path.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p,
+                                    ctypes.c_size_t]
+    lib.txnfs_view_path.restype = ctypes.c_int
+    buf = ctypes.create_string_buffer(4200)
+    rc = lib.txnfs_view_path(os.fsencode(str(mount)), tid, buf, len(buf))
+    if rc != 0:
+        raise OSError(-rc, f"txnfs_view_path: {os.strerror(-rc)}", str(mount))
+    return os.fsdecode(buf.value)
+
+
 def txn_begin(mount, flags=TXNFS_BIND_THREAD, pid=0) -> int:
     rc, tid = txn_begin_rc(mount, flags, pid)
     if rc != 0:

@@ -90,7 +90,20 @@ int cmd_run(const TxnOptions &o) {
     return kRunTxnFailed;
   }
 
-  RunResult r = spawn_and_wait(o.command);
+  // The command sees MOUNT through the transaction's view (docs/isolation.md, "Views").
+  std::function<int()> enter_view;
+  if (!o.no_view) enter_view = [&] { return -::txnfs_enter_view(o.mount.c_str(), id); };
+  RunResult r = spawn_and_wait(o.command, enter_view);
+  if (r.prepare_errno != 0) {
+    print_error(fmt::format("cannot enter the view of transaction {}: {}", id,
+                            std::strerror(r.prepare_errno)),
+                r.prepare_errno == EPERM || r.prepare_errno == EINVAL
+                    ? "unprivileged user namespaces may be off here "
+                      "(sysctl kernel.unprivileged_userns_clone); --no-view runs the "
+                      "command bound by process id instead"
+                    : "");
+    return run_abort(o.mount, id, "the command was not run", kRunTxnFailed);
+  }
   if (r.sys_errno != 0) {
     print_error(fmt::format("cannot start {}: {}", o.command.front(), std::strerror(r.sys_errno)));
     return run_abort(o.mount, id, "command could not be started", kRunTxnFailed);
@@ -235,6 +248,10 @@ TxnCommands::TxnCommands(CLI::App &app) {
   run_->add_option("MOUNT", opt_.mount, mount_help)->required();
   run_->add_flag("--abort", opt_.abort,
                  "abort the transaction even if the command succeeds (a dry run)");
+  run_->add_flag("--no-view", opt_.no_view,
+                 "do not enter the transaction's view: COMMAND's requests belong to the "
+                 "transaction by process id alone, through the kernel inodes plain readers "
+                 "share (docs/isolation.md, \"Binding by process id\")");
   run_->add_flag("--lazy", opt_.lazy,
                  "commit lazily: final and visible at once, durable within the mount's "
                  "--lazy-flush-ms (a crash before then rolls it back whole)");
@@ -242,14 +259,18 @@ TxnCommands::TxnCommands(CLI::App &app) {
   run_->add_option("COMMAND", help_only_command_,
                    "the command and its arguments: everything after MOUNT (or after --)");
   run_->footer(
-      "Usage: txnfs run [--abort] [--lazy] MOUNT [--] COMMAND [ARGS...]\n"
+      "Usage: txnfs run [--abort] [--lazy] [--no-view] MOUNT [--] COMMAND [ARGS...]\n"
       "Options of txnfs run go before COMMAND; everything from COMMAND on is passed to it.\n"
       "\n"
       "Begins a transaction bound to txnfs's own process, then runs COMMAND (looked up in\n"
       "PATH) as its child: everything COMMAND and the processes it starts do on MOUNT belongs\n"
-      "to the transaction. If COMMAND exits with status 0 the transaction commits, otherwise\n"
-      "(or with --abort) it aborts and every effect on MOUNT is rolled back. SIGINT, SIGTERM\n"
-      "and SIGHUP sent to txnfs are forwarded to COMMAND. One line on stderr tells the outcome.\n"
+      "to the transaction. COMMAND sees MOUNT through the transaction's own view (a private\n"
+      "mount namespace with MOUNT/.txnfs/ID bound over MOUNT; for a user other than root,\n"
+      "in a user namespace of its own ids: other owners show as nobody, set-ID programs run\n"
+      "unprivileged), so no one else sees what it has not committed. If COMMAND exits with\n"
+      "status 0 the transaction commits, otherwise (or with --abort) it aborts and every\n"
+      "effect on MOUNT is rolled back. SIGINT, SIGTERM and SIGHUP sent to txnfs are\n"
+      "forwarded to COMMAND. One line on stderr tells the outcome.\n"
       "\n"
       "Exit status: COMMAND's own, or 128+N if signal N killed it;\n"
       "  125  the transaction could not begin (COMMAND did not run), or the commit failed:\n"

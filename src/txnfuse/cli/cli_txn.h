@@ -26,6 +26,7 @@ struct TxnOptions {
   std::string id;
   // run, commit: commit lazily (TXNFS_COMMIT_LAZY)
   bool lazy = false;
+  bool no_view = false;  // run: bound by process id alone, not through the view
   // status
   bool json = false;
 };

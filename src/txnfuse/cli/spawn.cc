@@ -44,7 +44,8 @@ void forward_signal(int sig, siginfo_t *si, void *) {
 
 }  // namespace
 
-RunResult spawn_and_wait(const std::vector<std::string> &command) {
+RunResult spawn_and_wait(const std::vector<std::string> &command,
+                         const std::function<int()> &prepare) {
   RunResult r;
   std::vector<std::string> args = command;
   std::vector<char *> argv;
@@ -84,8 +85,15 @@ RunResult spawn_and_wait(const std::vector<std::string> &command) {
       ::sigaction(kForwarded[i], &old[i], nullptr);  // also keeps an inherited SIG_IGN
     ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     ::close(pfd[0]);
+    int e = prepare ? prepare() : 0;
+    if (e != 0) {
+      int report = -e;  // negative: the preparation failed, not the exec
+      ssize_t n = ::write(pfd[1], &report, sizeof report);
+      (void)n;
+      ::_exit(kRunTxnFailed);
+    }
     ::execvp(argv[0], argv.data());
-    int e = errno;
+    e = errno;
     ssize_t n = ::write(pfd[1], &e, sizeof e);
     (void)n;
     ::_exit(e == ENOENT ? kRunNotFound : kRunCannotExec);
@@ -104,7 +112,8 @@ RunResult spawn_and_wait(const std::vector<std::string> &command) {
   ssize_t n;
   do n = ::read(pfd[0], &e, sizeof e);
   while (n < 0 && errno == EINTR);
-  if (n == static_cast<ssize_t>(sizeof e)) r.exec_errno = e;
+  if (n == static_cast<ssize_t>(sizeof e) && e < 0) r.prepare_errno = -e;
+  else if (n == static_cast<ssize_t>(sizeof e)) r.exec_errno = e;
   ::close(pfd[0]);
 
   // Wait without reaping first: a signal forwarded now still reaches our child's pid,

@@ -1,6 +1,7 @@
 // Running the command of `txnfs run`: starting it, waiting for it while passing on the
 // signals meant for it, and saying how it ended.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@ struct RunResult {
   int exec_errno = 0;   // the command could not be executed (errno of execvp)
   int wait_status = 0;  // waitpid() status otherwise
   int sys_errno = 0;    // pipe/fork failed
+  int prepare_errno = 0;  // the child's preparation failed (the command was not run)
 };
 
 // Forks, execs COMMAND (PATH lookup; COMMAND must not be empty) in the child, and waits
@@ -24,7 +26,10 @@ struct RunResult {
 // dispositions of the forwarded signals. A signal is forwarded only while the child is
 // not yet reaped, so it never reaches a recycled pid. The child being waited for is one
 // process-wide variable: one call at a time per process (txnfs is single-threaded here).
-RunResult spawn_and_wait(const std::vector<std::string> &command);
+// `prepare`, if given, runs in the child before the exec: a non-zero errno it returns is
+// reported as prepare_errno (the command is not run).
+RunResult spawn_and_wait(const std::vector<std::string> &command,
+                         const std::function<int()> &prepare = nullptr);
 
 // waitpid() status -> the exit status of `txnfs run` (128+N for signal N).
 int exit_status_of(int wait_status);

@@ -4,7 +4,7 @@
 
 namespace txnfs {
 
-Fs::Fs() : inval(inodes), txns(std::make_unique<TxnManager>(*this)) { cache = &inval; }
+Fs::Fs() : inval(inodes, views), txns(std::make_unique<TxnManager>(*this)) { cache = &inval; }
 Fs::~Fs() = default;
 
 }  // namespace txnfs

@@ -22,6 +22,7 @@
 #include "txnfuse/fuse/invalidator.h"
 #include "txnfuse/fuse/listings.h"
 #include "txnfuse/fuse/park.h"
+#include "txnfuse/fuse/views.h"
 #include "txnfuse/txn/txn_env.h"
 
 namespace txnfs {
@@ -39,6 +40,7 @@ struct Fs : TxnEnv {
   ~Fs();
   FsOptions opts;
   InodeTable inodes;
+  Views views;  // transactions' own kernel inodes (views.h)
   InodePtr root;
   Invalidator inval;          // the kernel's caches; TxnEnv::cache points here
   ListingSnapshots listings;  // what plain listings were served while transactions were open

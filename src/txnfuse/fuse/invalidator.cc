@@ -63,6 +63,10 @@ void Invalidator::gone(uint64_t nodeid, uint64_t generation) {
   if (InodePtr i = inodes_.get(nodeid); i && i->generation == generation) i->gone = true;
 }
 
+void Invalidator::view_ended(uint64_t txn_id) {
+  if (views_.end(txn_id)) entry(Views::kDirNodeid, std::to_string(txn_id));
+}
+
 bool Invalidator::expire_names() {
   if (!se_) return true;
   int err = fuse_lowlevel_notify_increment_epoch(se_);

@@ -19,13 +19,14 @@
 
 #include "sync/mutex.h"
 #include "txnfuse/fuse/inode_table.h"
+#include "txnfuse/fuse/views.h"
 #include "txnfuse/txn/txn_env.h"
 
 namespace txnfs {
 
 class Invalidator final : public CacheInvalidator {
  public:
-  explicit Invalidator(InodeTable &inodes) : inodes_(inodes) {}
+  Invalidator(InodeTable &inodes, Views &views) : inodes_(inodes), views_(views) {}
   void start(fuse_session *se);
   void stop() EXCLUDES(mu_);
   void inode(uint64_t nodeid) override EXCLUDES(mu_);
@@ -44,6 +45,9 @@ class Invalidator final : public CacheInvalidator {
   void gone(uint64_t nodeid, uint64_t generation) override;
   bool known(uint64_t nodeid) override { return inodes_.get(nodeid) != nullptr; }
   void xattrs_restored(uint64_t nodeid) override;
+  // Frees the view's slot (Views::end) and drops its root's entry in MNT/.txnfs, with
+  // everything the kernel cached below it.
+  void view_ended(uint64_t txn_id) override EXCLUDES(mu_);
   // FUSE_NOTIFY_INC_EPOCH (protocol 7.44): the kernel counts its cached names stale.
   bool expire_names() override;
 
@@ -56,6 +60,7 @@ class Invalidator final : public CacheInvalidator {
   // Pops the next item (mu_ held), sends it without mu_, then marks it sent.
   void send_next() REQUIRES(mu_);
   InodeTable &inodes_;
+  Views &views_;
   fuse_session *se_ = nullptr;
   Mutex mu_{LockRank::kInvalidator};  // a leaf (src/sync/lock_order.h); taken under Txn::mu
   CondVar cv_;

@@ -51,22 +51,32 @@ void Op::start(const fuse_file_info *writeback_fi) {
   }
   s_.fs = &fs_;
   TxnManager &tm = *fs_.txns;
-  if (!tm.any_open()) {
-    // Fast path. begin() waits for these to drain before its transaction acts.
-    fs_.unlocked_inflight.fetch_add(1, std::memory_order_seq_cst);
+  uint32_t slot = Views::current();
+  if (slot) {
+    // Through a transaction's view: the request is that transaction's, whoever sends
+    // it (views_dir.cc let only its owner and root in). An ended view is stale.
+    s_.txn = fs_.views.txn(slot);
+    if (!s_.txn) s_.err = ESTALE;
+  } else {
     if (!tm.any_open()) {
-      lockless_ = true;
-      return;
+      // Fast path. begin() waits for these to drain before its transaction acts.
+      fs_.unlocked_inflight.fetch_add(1, std::memory_order_seq_cst);
+      if (!tm.any_open()) {
+        lockless_ = true;
+        return;
+      }
+      fs_.unlocked_inflight.fetch_sub(1, std::memory_order_seq_cst);
     }
-    fs_.unlocked_inflight.fetch_sub(1, std::memory_order_seq_cst);
+    s_.txn = writeback_fi ? tm.writer_of(fd_of(writeback_fi)) : tm.bound(fuse_req_ctx(req_)->pid);
   }
-  s_.txn = writeback_fi ? tm.writer_of(fd_of(writeback_fi)) : tm.bound(fuse_req_ctx(req_)->pid);
   if (s_.txn) {
     s_.err = tm.enter(*s_.txn);
     s_.entered = s_.err == 0;
     if (s_.err && s_.txn->state.load() == TXNFS_ABORT_ONLY) {
       s_.doomed = true;  // see read_error()
       s_.txn.reset();
+    } else if (s_.err == ENOENT && slot) {
+      s_.err = ESTALE;  // its transaction is ending: so is the view
     }
   }
   if (!s_.txn) s_.plain = std::make_unique<LockOwner>(next_plain_id++);

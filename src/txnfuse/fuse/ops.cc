@@ -8,12 +8,15 @@
 #include <optional>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
 #include "store/error.h"
 #include "txnfuse/fuse/fs.h"
 #include "txnfuse/fuse/park.h"
+#include "txnfuse/fuse/views.h"
 #include "sync/stall_watchdog.h"
 
 namespace txnfs {
@@ -124,11 +127,11 @@ struct Keep<fuse_bufvec *> : KeepCopy<fuse_bufvec> {
   using KeepCopy::KeepCopy;
 };
 
-template <auto Field, int NodeIndex, typename... A>
+template <auto Field, int NodeIndex, int Node2Index, typename... A>
 void serve(const char *name, std::shared_ptr<void> buffer, A... a);
 
 // One call of handler `Field` with arguments `a` (the first is the request).
-template <auto Field, int NodeIndex, typename... A>
+template <auto Field, int NodeIndex, int Node2Index, typename... A>
 class CallSite : public park::Site {
  public:
   CallSite(const char *name, std::shared_ptr<void> buffer, A... a)
@@ -137,7 +140,7 @@ class CallSite : public park::Site {
     if (!buffer_) buffer_ = park::take_loop_buffer();
     auto kept = std::apply([](A... x) { return std::make_tuple(Keep<A>(x)...); }, args_);
     return [name = name_, buffer = buffer_, kept]() mutable {
-      std::apply([&](auto &...k) { serve<Field, NodeIndex, A...>(name, buffer, k.get()...); },
+      std::apply([&](auto &...k) { serve<Field, NodeIndex, Node2Index, A...>(name, buffer, k.get()...); },
                  kept);
     };
   }
@@ -158,18 +161,118 @@ void answer_thrown(const char *name, uint64_t node, fuse_req_t req, const std::e
   else fuse_reply_err(req, err > 0 ? err : EIO);
 }
 
+// Is handler field F the field G? (Fields of different types never are.)
+template <auto F, auto G>
+constexpr bool is_field() {
+  if constexpr (std::is_same_v<decltype(F), decltype(G)>) return F == G;
+  else return false;
+}
+template <auto F, auto G>
+constexpr bool is = is_field<F, G>();
+
+// The handler's arguments with the view slot stripped from the nodeids at NodeIndex and
+// Node2Index (views.h): handlers see object nodeids.
+template <int N1, int N2, typename T, size_t I>
+T strip(T v) {
+  if constexpr (int(I) == N1 || int(I) == N2) return T(Views::object_of(uint64_t(v)));
+  else return v;
+}
+template <int N1, int N2, typename... A, size_t... I>
+std::tuple<A...> stripped(std::index_sequence<I...>, A... a) {
+  return std::tuple<A...>(strip<N1, N2, A, I>(a)...);
+}
+
+// Requests on MNT/.txnfs itself (views_dir.cc); anything that would change it: EACCES.
+template <auto Field, typename... A>
+void serve_views_dir(A... a) {
+  auto t = std::forward_as_tuple(a...);
+  fuse_req_t req = std::get<0>(t);
+  if constexpr (is<Field, &fuse_lowlevel_ops::lookup>) views_dir::lookup(req, std::get<2>(t));
+  else if constexpr (is<Field, &fuse_lowlevel_ops::getattr>) views_dir::getattr(req);
+  else if constexpr (is<Field, &fuse_lowlevel_ops::access>) views_dir::access(req, std::get<2>(t));
+  else if constexpr (is<Field, &fuse_lowlevel_ops::opendir>) fuse_reply_open(req, std::get<2>(t));
+  else if constexpr (is<Field, &fuse_lowlevel_ops::readdir> || is<Field, &fuse_lowlevel_ops::readdirplus>)
+    fuse_reply_buf(req, nullptr, 0);
+  else if constexpr (is<Field, &fuse_lowlevel_ops::releasedir> || is<Field, &fuse_lowlevel_ops::flush>)
+    fuse_reply_err(req, 0);
+  else if constexpr (is<Field, &fuse_lowlevel_ops::forget>) fuse_reply_none(req);
+  else if constexpr (is<Field, &fuse_lowlevel_ops::getxattr>) fuse_reply_err(req, ENODATA);
+  else if constexpr (is<Field, &fuse_lowlevel_ops::listxattr>) {
+    if (std::get<2>(t) == 0) fuse_reply_xattr(req, 0);
+    else fuse_reply_buf(req, nullptr, 0);
+  } else if constexpr (is<Field, &fuse_lowlevel_ops::statfs>) (handlers.statfs)(req, 1);
+  else fuse_reply_err(req, EACCES);
+}
+
+// The name a request would make, remove or replace in its parent: ".txnfs" in the
+// tree's root is reserved (views_dir::reserved). Nothing for other requests.
+template <auto Field, typename... A>
+bool reserved_name(A... a) {
+  auto t = std::forward_as_tuple(a...);
+  fuse_req_t req = std::get<0>(t);
+  if constexpr (is<Field, &fuse_lowlevel_ops::mknod> || is<Field, &fuse_lowlevel_ops::mkdir> ||
+                is<Field, &fuse_lowlevel_ops::unlink> || is<Field, &fuse_lowlevel_ops::rmdir> ||
+                is<Field, &fuse_lowlevel_ops::create>)
+    return views_dir::reserved(req, std::get<1>(t), std::get<2>(t));
+  else if constexpr (is<Field, &fuse_lowlevel_ops::symlink> || is<Field, &fuse_lowlevel_ops::link>)
+    return views_dir::reserved(req, std::get<2>(t), std::get<3>(t));
+  else if constexpr (is<Field, &fuse_lowlevel_ops::rename>)
+    return views_dir::reserved(req, std::get<1>(t), std::get<2>(t)) ||
+           views_dir::reserved(req, std::get<3>(t), std::get<4>(t));
+  else return false;
+}
+
+// Which view a request comes through, and what it then is (views.h): on MNT/.txnfs,
+// a request of the views directory; else the handler's, with object nodeids, run under
+// the request's slot. Two nodeids of different views (a rename or link between a view
+// and the plain tree): EXDEV, as between two mounts.
+template <auto Field, int NodeIndex, int Node2Index, typename... A>
+void route(A... a) {
+  fuse_req_t req = std::get<0>(std::forward_as_tuple(a...));
+  if constexpr (is<Field, &fuse_lowlevel_ops::forget_multi>) {
+    auto [r, count, forgets] = std::forward_as_tuple(a...);
+    Views &views = fs_of(req).views;
+    size_t kept = 0;
+    for (size_t k = 0; k < count; k++) {
+      uint32_t slot = Views::slot_of(forgets[k].ino);
+      if (slot == Views::kDirSlot) continue;  // the views directory is no object
+      views.forgot(slot, forgets[k].nlookup);
+      forgets[kept] = forgets[k];
+      forgets[kept++].ino = Views::object_of(forgets[k].ino);
+    }
+    return (handlers.*Field)(r, kept, forgets);
+  } else {
+    uint32_t slot = NodeIndex < 0 ? 0 : Views::slot_of(node_arg<NodeIndex>(a...));
+    if constexpr (Node2Index >= 0) {
+      if (Views::slot_of(node_arg<Node2Index>(a...)) != slot)
+        return (void)fuse_reply_err(req, EXDEV);
+    }
+    if (slot == Views::kDirSlot) return serve_views_dir<Field>(a...);
+    auto args = stripped<NodeIndex, Node2Index>(std::index_sequence_for<A...>{}, a...);
+    if constexpr (is<Field, &fuse_lowlevel_ops::forget>)
+      fs_of(req).views.forgot(slot, std::get<2>(args));
+    if constexpr (is<Field, &fuse_lowlevel_ops::lookup>) {
+      if (std::get<1>(args) == 1 && views_dir::lookup_in_root(req, slot, std::get<2>(args)))
+        return;
+    }
+    if (std::apply([](auto... x) { return reserved_name<Field>(x...); }, args)) return;
+    Views::Scope scope(slot);
+    std::apply([](auto... x) { (handlers.*Field)(x...); }, args);
+  }
+}
+
 // Runs a handler, watched by the stall watchdog; a handler that parked its request
 // unwinds to here and the request is answered later (park.h). This is the one place
 // where an exception on the request path stops: a handler answers last, so one that
 // threw has not answered yet.
-template <auto Field, int NodeIndex, typename... A>
+template <auto Field, int NodeIndex, int Node2Index, typename... A>
 void serve(const char *name, std::shared_ptr<void> buffer, A... a) {
   uint64_t node = node_arg<NodeIndex>(a...);
   stall::InFlight in_flight(name, node);
-  CallSite<Field, NodeIndex, A...> site(name, std::move(buffer), a...);
+  CallSite<Field, NodeIndex, Node2Index, A...> site(name, std::move(buffer), a...);
   park::Scope scope(&site);
   try {
-    (handlers.*Field)(a...);
+    route<Field, NodeIndex, Node2Index>(a...);
   } catch (const park::Unwind &) {
   } catch (const std::exception &e) {
     answer_thrown(name, node, std::get<0>(std::forward_as_tuple(a...)), e);
@@ -186,11 +289,12 @@ fuse_lowlevel_ops make_ops() {
   add_dir_ops(ops);
   add_ctl_ops(ops);
   handlers = ops;
-#define TXNFS_WATCHED(field, name, node_index)                           \
-  if (ops.field)                                                         \
-    ops.field = [](auto... a) {                                          \
-      serve<&fuse_lowlevel_ops::field, node_index>(name, nullptr, a...); \
+#define TXNFS_WATCHED2(field, name, node_index, node2_index)                          \
+  if (ops.field)                                                                      \
+    ops.field = [](auto... a) {                                                       \
+      serve<&fuse_lowlevel_ops::field, node_index, node2_index>(name, nullptr, a...); \
     };
+#define TXNFS_WATCHED(field, name, node_index) TXNFS_WATCHED2(field, name, node_index, -1)
   TXNFS_WATCHED(lookup, "LOOKUP", 1)
   TXNFS_WATCHED(forget, "FORGET", 1)
   TXNFS_WATCHED(getattr, "GETATTR", 1)
@@ -201,8 +305,8 @@ fuse_lowlevel_ops make_ops() {
   TXNFS_WATCHED(unlink, "UNLINK", 1)
   TXNFS_WATCHED(rmdir, "RMDIR", 1)
   TXNFS_WATCHED(symlink, "SYMLINK", 2)
-  TXNFS_WATCHED(rename, "RENAME", 1)
-  TXNFS_WATCHED(link, "LINK", 1)
+  TXNFS_WATCHED2(rename, "RENAME", 1, 3)
+  TXNFS_WATCHED2(link, "LINK", 1, 2)
   TXNFS_WATCHED(open, "OPEN", 1)
   TXNFS_WATCHED(read, "READ", 1)
   TXNFS_WATCHED(write, "WRITE", 1)
@@ -230,9 +334,10 @@ fuse_lowlevel_ops make_ops() {
   TXNFS_WATCHED(flock, "FLOCK", 1)
   TXNFS_WATCHED(fallocate, "FALLOCATE", 1)
   TXNFS_WATCHED(readdirplus, "READDIRPLUS", 1)
-  TXNFS_WATCHED(copy_file_range, "COPY_FILE_RANGE", 1)
+  TXNFS_WATCHED2(copy_file_range, "COPY_FILE_RANGE", 1, 4)
   TXNFS_WATCHED(lseek, "LSEEK", 1)
 #undef TXNFS_WATCHED
+#undef TXNFS_WATCHED2
   return ops;
 }
 

@@ -265,11 +265,14 @@ void stream(Op &op, fuse_req_t req, uint64_t nodeid, const InodePtr &dir, DirHan
         break;
       }
       finish_entry(op, e, shared && fs.view.before(nodeid, name));
-      n = fuse_add_direntry_plus(req, p, rem, name, &e, next);
+      fuse_entry_param k = e;
+      k.ino = Views::kernel_nodeid(e.ino);
+      n = fuse_add_direntry_plus(req, p, rem, name, &k, next);
       if (n > rem) {
         fs.forget(e.ino, 1);
         break;
       }
+      fs.views.looked_up(Views::current());
     } else if (plus) {
       fuse_entry_param e;
       std::memset(&e, 0, sizeof e);

@@ -247,7 +247,10 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
   {
     if (err) {
     } else if (std::strcmp(name, ".") == 0) {
-      err = lookup_self(fs, parent, &e, &op);
+      // A file handle of an object an open transaction made leads nowhere for others
+      // (its transaction reaches it through its view's nodeid).
+      if (op.plain_isolated() && fs.txns->made_by_open(parent)) err = ESTALE;
+      else err = lookup_self(fs, parent, &e, &op);
     } else {
       InodePtr p = inode_of(req, parent);
       bool snapshot = false;
@@ -268,6 +271,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
         // A plain reader was shown the committed entry, which the transaction that
         // changed it must not be shown: the kernel has one dentry for both.
         if (snapshot) e.entry_timeout = 0;
+        fs.views.to_kernel(e);
         fuse_reply_entry(req, &e);
         return;
       }
@@ -275,6 +279,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
   }
   if (err) return (void)fuse_reply_err(req, err);
   finish_entry(op, e, false);  // LOOKUP "." (a file handle): as any other lookup
+  fs.views.to_kernel(e);
   fuse_reply_entry(req, &e);
 }
 
@@ -499,8 +504,9 @@ void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
   auto [p, err] = op.on(parent);
   fuse_entry_param e;
   if (!err) err = make_entry(req, op, p, name, mode, make, &e);
-  if (err) fuse_reply_err(req, err);
-  else fuse_reply_entry(req, &e);
+  if (err) return (void)fuse_reply_err(req, err);
+  op.fs().views.to_kernel(e);
+  fuse_reply_entry(req, &e);
 }
 
 int errno_of(int rc) { return rc == 0 ? 0 : errno; }
@@ -544,6 +550,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
   fi->noflush = 1;
   fi->direct_io = !op.cacheable() || (fi->flags & O_DIRECT);
   op.set_fh(fi, fd.release(), op.txn() ? made : nullptr);
+  op.fs().views.to_kernel(e);
   fuse_reply_create(req, &e, fi);
 }
 
@@ -571,6 +578,7 @@ void op_link(fuse_req_t req, fuse_ino_t nodeid, fuse_ino_t newparent, const char
   fs.inodes.add_lookup_existing(i);
   fill_entry(fs, *i, st, &e);
   op.set_timeouts(e, op.shared_name(newparent));
+  fs.views.to_kernel(e);
   fuse_reply_entry(req, &e);
 }
 
@@ -710,7 +718,8 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t n
   // lifetime must not answer from the cache at its new place (txn_rename). Where the
   // kernel cannot expire names, drop them from the invalidator thread instead, as soon
   // as the rename has released the directories' locks (a short window).
-  if (!err && exposed && !fs.cache->expire_names()) {
+  // (Through a view the kernel moves the view's dentries only: nothing is exposed.)
+  if (!err && exposed && Views::current() == 0 && !fs.cache->expire_names()) {
     fs.cache->entry(newparent, newname);
     if (flags & RENAME_EXCHANGE) fs.cache->entry(parent, name);
     fs.cache->post();

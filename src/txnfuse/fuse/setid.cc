@@ -124,7 +124,7 @@ int kill_privs(fuse_req_t req, uint64_t nodeid, int fd, SetidChange why, bool ke
   // would keep the cleared bits. Attributes only (offset -1): the kernel takes no lock
   // of the inode for that (see Invalidator::inode_now), so this may run while the
   // request holds the inode's lock.
-  if (changed) fs_of(req).inval.inode_now(nodeid);
+  if (changed) fs_of(req).inval.inode_now(Views::kernel_nodeid(nodeid));
   return err;
 }
 

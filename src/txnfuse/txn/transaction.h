@@ -105,6 +105,9 @@ struct Txn : LockOwner {
   std::atomic<int64_t> lazy_wall_us{0};
   std::atomic<bool> durable_recorded{false};
   bool has_row = true;              // (written by the round before after_durable reads it)
+  // Its view's nodeid base (slot << 48, fuse/views.h), once a request used the view; 0
+  // before. Its requests through the view reach the kernel's inodes of the view.
+  std::atomic<uint64_t> view_base{0};
   int pidfd = -1;                   // the owner, watched by the reaper (set before it is shared)
   StepMirror *mirror = nullptr;     // copies its undo steps into SQLite (set before it is shared)
   int commit_error = 0;             // set by the group-commit leader (under GroupCommit::gc_mu_)

@@ -317,7 +317,10 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
   // kernel still maps to what it meant inside the transaction (locks are released,
   // so no request the invalidations wait for is waiting for us). On a thread that
   // serves requests only what waits for no kernel lock is sent (commit_here).
-  bool now = here && commit && std::all_of(inv.begin(), inv.end(), [this](auto &i) {
+  // Its view (if it had one) answers ESTALE from now on, and the kernel drops it.
+  bool viewed = t->view_base.load() != 0;
+  if (viewed) env_.cache->view_ended(t->id());
+  bool now = here && commit && !viewed && std::all_of(inv.begin(), inv.end(), [this](auto &i) {
                return i.second.empty() && env_.cache->quick(i.first);
              });
   if (now) {
@@ -363,7 +366,10 @@ TxnManager::Invalidations TxnManager::end_invalidations(Txn &t, bool commit) {
     // A name that holds what the transaction made there: the kernel's dentry of it is
     // the one the creation filled in, with no lifetime (or, in a directory the
     // transaction made, one no one else could reach), so after a commit it is right.
-    if (!(commit && made)) inv.emplace_back(dir, name);
+    // Through a view, though, the creation filled in the view's dentry: the plain one
+    // may be a cached miss (unless the directory is one the transaction made).
+    bool plain_miss = t.view_base.load() && !(t.objects.count(dir) && t.objects[dir].created);
+    if (!(commit && made) || plain_miss) inv.emplace_back(dir, name);
     // (also drops the kernel's cached listing of dir; `entries` is sorted by dir)
     if (dir != last_dir && !t.objects.count(dir)) inv.emplace_back(dir, std::string());
     last_dir = dir;
@@ -375,7 +381,8 @@ TxnManager::Here TxnManager::commit_here(uid_t uid, uint64_t id, unsigned flags,
                                          TxnPtr *later) {
   if (flags != TXNFS_COMMIT_LAZY) return Here::kNo;
   TxnPtr t = find(id);
-  if (!t || (uid != 0 && uid != t->uid) || t->wants_durable.load()) return Here::kNo;
+  if (!t || (uid != 0 && uid != t->uid) || t->wants_durable.load() || t->view_base.load())
+    return Here::kNo;  // (a view's end waits for the kernel's directory lock)
   {
     // Decided under t->mu, which enter() takes: once it is committing no request of it
     // starts. One still in flight (the RELEASE of a file it closed, served on another

@@ -61,6 +61,13 @@ class TxnManager {
   // no transaction is open.
   TxnPtr bound(pid_t tid) EXCLUDES(binding_.mu_) { return binding_.bound(tid); }
   bool any_open() const { return binding_.any_open(); }
+  // Did an open transaction make the object? Until it commits, no one else may reach
+  // it, not even by file handle.
+  bool made_by_open(uint64_t nodeid) EXCLUDES(binding_.mu_) {
+    bool made = false;
+    binding_.for_each([&](const TxnPtr &t) { made = made || t->made(nodeid); });
+    return made;
+  }
 
   int begin(uid_t uid, pid_t caller_tid, unsigned flags, pid_t pid, uint64_t *id);
   // After a begin, and before its reply: requests that started without locks while no

@@ -54,6 +54,9 @@ class CacheInvalidator {
   // A rollback may have restored the object's xattrs: what the daemon caches of them
   // (Inode::default_acl) is stale. At once, before the transaction's locks go.
   virtual void xattrs_restored(uint64_t nodeid) = 0;
+  // Transaction `txn_id` ended: what it saw through a view of its own (fuse/views.h)
+  // must answer ESTALE from now on, and the kernel drop it (queued, as inode()).
+  virtual void view_ended(uint64_t txn_id) = 0;
   // Every name the kernel caches must be looked up again before it is used. At once,
   // from a request handler (it takes no kernel lock). False: the kernel cannot.
   virtual bool expire_names() = 0;
@@ -71,6 +74,7 @@ class NoCache final : public CacheInvalidator {
   void gone(uint64_t, uint64_t) override {}
   bool known(uint64_t) override { return false; }
   void xattrs_restored(uint64_t) override {}
+  void view_ended(uint64_t) override {}
   bool expire_names() override { return true; }
 };
 

@@ -57,6 +57,8 @@ void TxnManager::write_back_mapped(Txn &t) {
     for (auto &[nodeid, i] : t.opened_for_writing)
       if (i->paged.load(std::memory_order_relaxed)) {
         env_.cache->inode(nodeid);
+        // Its mapping through the transaction's view has pages of their own.
+        if (uint64_t view = t.view_base.load()) env_.cache->inode(view | nodeid);
         any = true;
       }
   }
