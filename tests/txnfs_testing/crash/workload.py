@@ -83,13 +83,17 @@ class Workload:
                     raise OSError(-rc, f"txnfs_begin: {os.strerror(-rc)}")
                 info["txid"] = txid
                 info["phase"] = "active"
+                # half the transactions work through their view (MNT/.txnfs/ID), half
+                # through the mount, bound to the thread
+                root = Path(tl.view_path(self.mnt, txid)) if rng.random() < 0.5 else self.mnt
+                info["view"] = root != self.mnt
                 nops = rng.choice((1, 2, 3, 5, 8, 12, 20)) if rng.random() < 0.9 else rng.randint(30, 80)
                 for _ in range(nops):
                     op = gen_op(rng, work, k, counter)
                     if op is None:
                         continue
                     info["current"] = op_summary(op)
-                    apply_fs(self.mnt, op)
+                    apply_fs(root, op)
                     apply_model(work, op)
                     info["ops"].append(op_summary(op))
                 if rng.random() < self.abort_rate:
@@ -101,7 +105,7 @@ class Workload:
                         self.aborts += 1
                         self.journal.write(json.dumps(
                             {"cycle": self.cycle, "thread": k, "txid": txid, "outcome": "aborted",
-                             "ops": info["ops"]}) + "\n")
+                             "view": info["view"], "ops": info["ops"]}) + "\n")
                 else:
                     info["phase"] = "committing"
                     lazy = rng.random() < self.lazy_rate
@@ -122,7 +126,7 @@ class Workload:
                         self.journal.write(json.dumps(
                             {"cycle": self.cycle, "thread": k, "txid": txid,
                              "outcome": "committed lazily" if lazy else "committed",
-                             "state": work.digest(), "ops": info["ops"]}) + "\n")
+                             "view": info["view"], "state": work.digest(), "ops": info["ops"]}) + "\n")
                 self.inflight[k] = None
             except OSError as e:
                 info["error"] = f"{errno.errorcode.get(e.errno, e.errno)}: {e}"

@@ -228,6 +228,10 @@ def gen_case(seed: int, oracle: str, procs: int, nops: int) -> dict:
         case["begin"] = BEGINS[seed // 2 % len(BEGINS)]
         # half the seeds (lazy and durable commits alike) with a plain Observer
         case["observer"] = seed // 2 % 2 == 0
+    if oracle in ("abort", "commit", "crash"):
+        # two seeds in three work through the transaction's view (MNT/.txnfs/ID), the
+        # third through the mount, bound by process id
+        case["view"] = seed % 3 != 2
     if oracle == "crash":
         kind = rng.choice(("kill", "power", "inject"))
         case["crash"] = {"kind": kind, "after": rng.randrange(0, max(1, nops * procs)),

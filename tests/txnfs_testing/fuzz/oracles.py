@@ -189,10 +189,11 @@ class Fuzzer:
             raise Failure(oracle, "backups-left", f"STORE/.txnfs/backups after the run: {left[:10]}")
 
     def _run_group(self, root, lists, oracle, txn_bind=None, end=None, stop_after=None,
-                   crash_cb=None, begin="begin", before_end=None):
+                   crash_cb=None, begin="begin", before_end=None, view=False):
         """Runs the lists in a Group; with txn_bind (the mount) inside a transaction bound
         to the leader, ended by `end` ("commit" / "abort" / None: left open; `before_end()`
-        is called right before). Returns (results, end_rc, tid)."""
+        is called right before), the workers working through its view with `view`.
+        Returns (results, end_rc, tid)."""
         g = Group(root, len(lists))
         tid = None
         try:
@@ -211,6 +212,8 @@ class Fuzzer:
                 if rc != 0 or set_rc != 0:
                     raise Failure(oracle, "begin", f"txnfs_{begin}: "
                                                    f"{os.strerror(-(rc or set_rc))}")
+                if view and any(g.enter_view(tl.view_path(txn_bind, tid), tid)):
+                    raise Failure(oracle, "begin", "the workers could not enter the view")
             try:
                 res = g.run(lists, self.deadline, stop_after=stop_after,
                             on_step=crash_cb)
@@ -250,10 +253,11 @@ class Fuzzer:
         self._mount("a")
         populate(env.mnt, case["seed"], areas(case["procs"], case["shared"]))
         before = strip_atime(snap.stable_snapshot(env.mnt))
-        obs = Observer(env.mnt, before, case["lists"]) if case.get("observer") else None
+        obs = (Observer(env.mnt, before, case["lists"], case.get("view", False))
+               if case.get("observer") else None)
         try:
             res, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt, "abort",
-                                         begin=begin_of(case))
+                                         begin=begin_of(case), view=case.get("view", False))
         finally:
             seen = obs.stop() if obs else None  # it watched the rollback too
         self._count_observer(obs)
@@ -280,13 +284,14 @@ class Fuzzer:
         populate(raw, case["seed"], ars)
         before_inos = {e["ino"] for e in snap.snapshot(env.mnt, handles=False).values()}
         by = Bystander(env.mnt) if (not txn and case.get("bystander")) else None
-        obs = (Observer(env.mnt, strip_atime(snap.stable_snapshot(env.mnt)), case["lists"])
+        obs = (Observer(env.mnt, strip_atime(snap.stable_snapshot(env.mnt)), case["lists"],
+                        case.get("view", False))
                if txn and case.get("observer") else None)
         seen = []
         try:
             res_m, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt if txn else None,
                                            "commit-lazy" if case.get("lazy") else "commit",
-                                           begin=begin_of(case),
+                                           begin=begin_of(case), view=case.get("view", False),
                                            before_end=obs and (lambda: seen.append(obs.stop())))
         finally:
             if by:
@@ -391,6 +396,10 @@ class Fuzzer:
                         raise Failure(oracle, "begin", f"txnfs_begin: {os.strerror(-rc)}")
                     break
                 tids.append(tid)
+                if case.get("view") and any(g.enter_view(env.mnt, tid)):
+                    if env.daemon_exited() is not None:
+                        break
+                    raise Failure(oracle, "begin", "the workers could not enter the view")
                 n = sum(len(x) for x in seg)
                 here = None if stop is None else max(0, stop)
                 try:
@@ -599,19 +608,20 @@ class Observer:
     changes whatever the reader made the kernel cache: the commit oracle checks that
     against XFS."""
 
-    def __init__(self, mnt, expected: dict, lists):
+    def __init__(self, mnt, expected: dict, lists, view: bool = False):
         import threading
         self.mnt = mnt
-        # Names a transaction's rename touched are exempt, with everything below them: the
-        # kernel moves its cached dentry to the new name, which other processes may see
-        # until the transaction ends (docs/isolation.md, "Renames by a transaction").
-        self.exempt = sorted({o[k] for lst in lists for o in lst if o["o"] == "rename"
-                              for k in ("p", "q")})
-        # The kernel caches POSIX ACLs per inode and updates that copy itself when the
-        # transaction sets an ACL or a mode (docs/isolation.md, "POSIX ACLs"): the ACL
-        # xattrs of what it chmods or sets xattrs on are not judged.
-        self.acl_exempt = {o["p"] for lst in lists for o in lst
-                           if o["o"] in ("chmod", "setxattr", "removexattr")}
+        # A transaction that works through its view shares no kernel inode or dentry with
+        # this reader: nothing is exempt. One bound by process id alone shares them
+        # (docs/isolation.md, "Binding by process id"): names its renames touched are
+        # exempt, with everything below them -- the kernel moves its cached dentry to the
+        # new name, which other processes may see until the transaction ends -- and so
+        # are the ACL xattrs of what it chmods or sets xattrs on: the kernel caches POSIX
+        # ACLs per inode and updates that copy itself.
+        self.exempt = [] if view else sorted(
+            {o[k] for lst in lists for o in lst if o["o"] == "rename" for k in ("p", "q")})
+        self.acl_exempt = set() if view else {o["p"] for lst in lists for o in lst
+                                              if o["o"] in ("chmod", "setxattr", "removexattr")}
         self.expected = self._judged(expected)
         self.snapshots = 0
         self.failure: str | None = None

@@ -5,6 +5,7 @@ time, every op with a deadline (OP_DEADLINE; a stalled op raises Stall).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
@@ -22,6 +23,30 @@ class Stall(Exception):
     pass
 
 
+_ORIGINAL_NS = -1  # the worker's own mount namespace, to come back to from a view
+
+
+def _enter_view(mount: str, tid: int) -> int:
+    """Leaves the view the worker is in (if any), then enters transaction tid's, as
+    `txnfs run` does (txnfs_enter_view: a private mount namespace with the view bound
+    over the mount point). 0 or -errno."""
+    global _ORIGINAL_NS
+    if _ORIGINAL_NS < 0:
+        _ORIGINAL_NS = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    elif _libc.setns(_ORIGINAL_NS, CLONE_NEWNS) != 0:
+        return -ctypes.get_errno()
+    os.chdir("/")
+    if tid == 0:
+        return 0
+    lib = tl.libtxnfs()
+    lib.txnfs_enter_view.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
+    return lib.txnfs_enter_view(os.fsencode(mount), tid)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNS = 0x00020000
+
+
 def _worker_main(root: str, cmd_r: int, res_w: int):
     os.umask(0)
     os.chdir("/")
@@ -30,6 +55,9 @@ def _worker_main(root: str, cmd_r: int, res_w: int):
     inp = os.fdopen(cmd_r, "r")
     for line in inp:
         o = json.loads(line)
+        if o.get("o") == "_view":  # from now on the mount shows a transaction's view
+            out.write(json.dumps({"r": _enter_view(o["mount"], o["tid"])}) + "\n")
+            continue
         out.write(json.dumps(exec_op(root, o)) + "\n")
     os._exit(0)
 
@@ -133,6 +161,14 @@ class Group:
                     on_step(done)
                 send(k)
         return results
+
+    def enter_view(self, mount, tid, timeout=10):
+        """From now on every worker sees the mount through transaction tid's view (0: the
+        plain mount again). Returns the workers' 0 or -errno."""
+        for k in range(self.n):
+            os.write(self.cmd[k],
+                     (json.dumps({"o": "_view", "mount": str(mount), "tid": tid}) + "\n").encode())
+        return [json.loads(self._line(k, timeout))["r"] for k in range(self.n)]
 
     def end_workers(self, timeout=OP_DEADLINE):
         for fd in self.cmd:
