@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -189,6 +190,33 @@ def test_process_binding_covers_children(mnt):
     with txnfs.transaction(m, bind="process"):
         subprocess.run(["sh", "-c", f"echo child > '{m}/c'"], check=True)
     assert read(m / "c") == "child\n"
+
+
+def test_the_view_is_the_transactions_for_every_thread_and_child_and_no_one_elses(mnt):
+    m = mnt.path
+    write(m / "f", "committed")
+    with txnfs.transaction(m) as t:
+        assert t.root == f"{m}/.txnfs/{t.id}" == txnfs.view_path(m / "f", t.id)
+        seen = []
+        th = threading.Thread(target=lambda: (write(t.path("f"), "the view's"),
+                                              seen.append(read(m / "f"))))
+        th.start()
+        th.join()
+        # another thread of the program writes through the view: it is the transaction's,
+        # and that thread, outside the transaction, still reads the committed file
+        assert seen == ["committed"]
+        subprocess.run(["sh", "-c", f"echo child > '{t.path('c')}'"], check=True)
+        assert read(t.path("c")) == "child\n"
+        assert subprocess.run(["test", "-e", str(m / "c")]).returncode == 1  # not for others
+        # a child that enters the view sees it at the mount point itself
+        out = subprocess.run([sys.executable, "-c", "import sys; print(open(sys.argv[1]).read())",
+                              str(m / "f")], check=True, capture_output=True, text=True,
+                             preexec_fn=lambda: txnfs.enter_view(m, t.id)).stdout
+        assert out.strip() == "the view's"
+    assert read(m / "f") == "the view's" and read(m / "c") == "child\n"
+    with pytest.raises(txnfs.NoSuchTransaction):
+        txnfs.enter_view(m, t.id)  # ended: its view is gone
+    assert not os.path.exists(t.root)
 
 
 def test_commit_inside_block_and_status(mnt):

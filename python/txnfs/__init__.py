@@ -38,7 +38,7 @@ __all__ = [
     "TxnfsError", "TxnConflict", "NotTxnfs", "AlreadyInTransaction", "NoSuchTransaction",
     "NotOwner", "CommitFailed", "LimitExceeded",
     "TxnInfo", "Transaction", "transaction", "begin", "commit", "abort", "info", "status",
-    "set_lock_timeout", "sync", "retry", "library_path",
+    "set_lock_timeout", "sync", "retry", "library_path", "view_path", "enter_view",
 ]
 
 __version__ = "0.1.0"
@@ -146,9 +146,11 @@ def _load() -> ctypes.CDLL:
             lib.txnfs_info.argtypes = [cstr, u64, ctypes.POINTER(_Info)]
             lib.txnfs_set_lock_timeout.argtypes = [cstr, u64, ctypes.c_uint32]
             lib.txnfs_status_json.argtypes = [cstr, ctypes.c_char_p, ctypes.c_size_t]
+            lib.txnfs_view_path.argtypes = [cstr, u64, ctypes.c_char_p, ctypes.c_size_t]
+            lib.txnfs_enter_view.argtypes = [cstr, u64]
             for f in (lib.txnfs_begin, lib.txnfs_commit, lib.txnfs_abort, lib.txnfs_info,
                       lib.txnfs_set_lock_timeout, lib.txnfs_status_json, lib.txnfs_commit2,
-                      lib.txnfs_sync):
+                      lib.txnfs_sync, lib.txnfs_view_path, lib.txnfs_enter_view):
                 f.restype = ctypes.c_int
             _lib = lib
         return _lib
@@ -261,6 +263,30 @@ def status(mount: PathLike) -> dict[str, Any]:
     return json.loads(buf.value.decode())
 
 
+def view_path(mount: PathLike, txn_id: int) -> str:
+    """The root of transaction ``txn_id``'s view of the mount containing ``mount``:
+    ``MOUNTPOINT/.txnfs/ID``. What a program does below it belongs to the transaction
+    (whichever thread or process does it), and no one outside the transaction sees it
+    before the commit, not even through the kernel's caches. Only the transaction's owner
+    and root may enter it; once the transaction ends, it answers ESTALE."""
+    buf = ctypes.create_string_buffer(4200)
+    rc = _load().txnfs_view_path(_path(mount), txn_id, buf, len(buf))
+    if rc != 0:
+        raise _error(rc, "view_path", mount)
+    return os.fsdecode(buf.value)
+
+
+def enter_view(mount: PathLike, txn_id: int) -> None:
+    """Make the mount itself show transaction ``txn_id``'s view, for this process (and
+    the processes it starts) from now on, with no way back: a private mount namespace
+    with the view bound over the mount point (for a user other than root, in a user
+    namespace of its own ids; the process must be single-threaded then). Meant for a
+    child process, e.g. in ``preexec_fn`` (``txnfs run`` does this)."""
+    rc = _load().txnfs_enter_view(_path(mount), txn_id)
+    if rc != 0:
+        raise _error(rc, "enter_view", mount)
+
+
 # --------------------------------------------------------------------------- context
 
 
@@ -277,6 +303,16 @@ class Transaction:
     def info(self) -> TxnInfo:
         """The transaction's state (see :func:`info`)."""
         return info(self.mount, self.id)
+
+    @property
+    def root(self) -> str:
+        """The root of the transaction's view (see :func:`view_path`)."""
+        return view_path(self.mount, self.id)
+
+    def path(self, *parts: PathLike) -> str:
+        """A path of the mount as the transaction sees it: ``t.path("etc", "app.conf")``
+        is ``MOUNTPOINT/.txnfs/ID/etc/app.conf``. Every thread and process may use it."""
+        return os.path.join(self.root, *map(os.fsdecode, parts))
 
     def set_lock_timeout(self, ms: int) -> None:
         """See :func:`set_lock_timeout`."""
