@@ -159,7 +159,10 @@ int Op::lock_entry(uint64_t dir, const char *name, bool write) {
 void Op::set_timeouts(fuse_entry_param &e, bool changed_entry) const {
   if (e.ino) adjust(e.attr);
   e.attr_timeout = attr_timeout(e.ino);
-  e.entry_timeout = (s_.txn && changed_entry) ? 0 : fs_.opts.entry_timeout;
+  // Through a view the kernel's dentry is the transaction's alone (and a name it changed
+  // is X-locked by it until it ends): it keeps its lifetime. Elsewhere the dentry is
+  // everyone's.
+  e.entry_timeout = (s_.txn && changed_entry && !Views::current()) ? 0 : fs_.opts.entry_timeout;
 }
 
 double Op::attr_timeout(uint64_t nodeid) const {
@@ -171,7 +174,13 @@ double Op::attr_timeout(uint64_t nodeid) const {
   // are dropped from the kernel's cache when the transaction ends, with everything else
   // it touched (TxnManager::finish). An object that existed before is shared: what the
   // transaction changed of it must not outlive the reply.
-  if (s_.txn && s_.txn->changed_shared(nodeid)) return 0;
+  // Through a view, the kernel's inode is the transaction's alone, and what it changed
+  // it holds X on: the attributes may be cached -- but for a directory's, which are
+  // read committed (IS): other transactions may change its entries meanwhile.
+  if (s_.txn && s_.txn->changed_shared(nodeid)) {
+    InodePtr i = Views::current() ? fs_.inodes.get(nodeid) : nullptr;
+    return i && !S_ISDIR(i->type) ? fs_.opts.attr_timeout : 0;
+  }
   return fs_.opts.attr_timeout;
 }
 
