@@ -21,6 +21,7 @@ tree, and file handles taken inside a view resolving there.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -251,18 +252,22 @@ def test_a_handle_of_a_transaction_made_object_answers_estale_outside_it(mnt):
 
 # -- what a user of views relies on ------------------------------------------------------------
 
-def begin_for(mnt):
-    """A transaction bound to a process of its own (so the test's own requests are plain):
-    (id, the owner process)."""
+@contextlib.contextmanager
+def txn_of_its_own(mnt):
+    """A transaction bound to a process of its own (so the test's own requests are
+    plain): yields its id and its view's root; its owner goes at the end."""
     owner = subprocess.Popen(["sleep", "300"])
-    return tl.txn_begin(mnt.path, tl.TXNFS_BIND_PROCESS, owner.pid), owner
+    try:
+        tid = tl.txn_begin(mnt.path, tl.TXNFS_BIND_PROCESS, owner.pid)
+        yield tid, mnt.path / ".txnfs" / str(tid)
+    finally:
+        owner.kill()
+        owner.wait()
 
 
 def test_a_view_path_shows_the_transaction_and_nobody_else_its_changes(mnt):
     tl.write_file(mnt.path / "f", b"committed")
-    tid, owner = begin_for(mnt)
-    try:
-        v = mnt.path / ".txnfs" / str(tid)
+    with txn_of_its_own(mnt) as (tid, v):
         (v / "f").write_bytes(b"uncommitted and longer")
         (v / "d").mkdir()
         (v / "d" / "g").write_bytes(b"new")
@@ -285,16 +290,11 @@ def test_a_view_path_shows_the_transaction_and_nobody_else_its_changes(mnt):
         assert sorted(os.listdir(mnt.path)) == ["d"]
         assert (mnt.path / "d" / "f2").read_bytes() == b"uncommitted and longer"
         assert (mnt.path / "d" / "g").read_bytes() == b"new"
-    finally:
-        owner.kill()
-        owner.wait()
 
 
 def test_an_aborted_views_changes_are_gone_and_its_files_stale(mnt):
     tl.write_file(mnt.path / "f", b"committed")
-    tid, owner = begin_for(mnt)
-    try:
-        v = mnt.path / ".txnfs" / str(tid)
+    with txn_of_its_own(mnt) as (tid, v):
         (v / "f").write_bytes(b"rolled back")
         (v / "new").write_bytes(b"rolled back")
         fd = os.open(v / "f", os.O_RDONLY)
@@ -305,9 +305,6 @@ def test_an_aborted_views_changes_are_gone_and_its_files_stale(mnt):
         os.close(fd)
         assert os.listdir(mnt.path) == ["f"]
         assert (mnt.path / "f").read_bytes() == b"committed"
-    finally:
-        owner.kill()
-        owner.wait()
 
 
 def test_only_the_owner_and_root_may_enter_a_view(mnt):
@@ -376,9 +373,7 @@ def test_txnfs_run_keeps_the_working_directory_and_hard_links(mnt):
 
 def test_file_handles_taken_inside_a_view_resolve_there(mnt):
     tl.write_file(mnt.path / "f", b"committed")
-    tid, owner = begin_for(mnt)
-    try:
-        v = mnt.path / ".txnfs" / str(tid)
+    with txn_of_its_own(mnt) as (tid, v):
         (v / "f").write_bytes(b"the view's")
         fh = tl.name_to_handle_at(v / "f")
         mount_fd = os.open(v, os.O_RDONLY | os.O_DIRECTORY)
@@ -398,6 +393,3 @@ def test_file_handles_taken_inside_a_view_resolve_there(mnt):
         finally:
             os.close(mount_fd)
         assert tl.txn_abort(mnt.path, tid) == 0
-    finally:
-        owner.kill()
-        owner.wait()
