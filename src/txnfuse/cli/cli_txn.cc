@@ -97,10 +97,12 @@ int cmd_run(const TxnOptions &o) {
   if (r.prepare_errno != 0) {
     print_error(fmt::format("cannot enter the view of transaction {}: {}", id,
                             std::strerror(r.prepare_errno)),
-                r.prepare_errno == EPERM || r.prepare_errno == EINVAL
-                    ? "unprivileged user namespaces may be off here "
-                      "(sysctl kernel.unprivileged_userns_clone); --no-view runs the "
-                      "command bound by process id instead"
+                ::geteuid() != 0 && (r.prepare_errno == EPERM || r.prepare_errno == EINVAL ||
+                                     r.prepare_errno == ENOSPC || r.prepare_errno == EUSERS)
+                    ? "a user other than root enters it in a user namespace, which may be off "
+                      "here (sysctl kernel.unprivileged_userns_clone, "
+                      "user.max_user_namespaces); --no-view runs the command bound by "
+                      "process id instead"
                     : "");
     return run_abort(o.mount, id, "the command was not run", kRunTxnFailed);
   }
