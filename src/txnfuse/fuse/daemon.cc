@@ -229,6 +229,13 @@ int run_mount(const MountOptions &opts) {
   fs.root->fh = tree.fh;
   fs.root->type = S_IFDIR;
   fs.inodes.add_lookup(fs.root);  // the root never leaves the table
+  // MOUNT/.txnfs is the directory of views (views.h): a name the tree's root already
+  // has there (a store from before views) is hidden behind it.
+  if (struct stat st; ::fstatat(fs.tree_fd, Views::kDirName, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    spdlog::warn(
+        "{}/{} is hidden: MOUNT/{} is the directory of transactions' views; rename it in "
+        "the store's tree while the store is not mounted to reach it",
+        fs.paths.tree, Views::kDirName, Views::kDirName);
   ::umask(0);                     // modes arrive with the caller's umask applied
   // Open files take one fd each besides the fd cache: allow as many as the hard limit.
   if (rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
