@@ -25,9 +25,9 @@ MAX_FILES = 40          # per thread: beyond this the workload prefers removals
 MAX_FILE = 256 << 10    # file sizes stay below this
 RETRYABLE = {errno.EDEADLK, errno.ETIMEDOUT}   # lock conflicts: abort, go on
 # What a request meets when the daemon dies under it. Over FUSE's io_uring the ring's
-# teardown ends the requests it still held with ECANCELED.
+# teardown ends the requests it still held with ECANCELED, or EINTR.
 EXPECTED_CRASH_ERRNOS = {errno.ENOTCONN, errno.EIO, errno.ECONNABORTED, errno.ENODEV,
-                         errno.ESHUTDOWN, errno.EROFS, errno.ECANCELED}
+                         errno.ESHUTDOWN, errno.EROFS, errno.ECANCELED, errno.EINTR}
 
 
 class Workload:
