@@ -186,7 +186,11 @@ int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e, const Op *op) {
     if (!fd) return ENOENT;  // removed and freed; the kernel reports ESTALE
     struct stat st;
     if (int err = stat_fd(fd.get(), &st)) return err;
-    if (removed(st)) return ENOENT;  // removed; the kernel has not forgotten it yet
+    // Removed, and the kernel has not forgotten it yet. A view asking for it (a
+    // transactional NFS COMPOUND's PUTFH of a removed file Ganesha still holds open
+    // through the plain nodeid) is served it, as XFS serves the handle of an unlinked
+    // file that is still open; the plain side is not.
+    if (removed(st) && Views::current() == 0) return ENOENT;
     i = fs.inodes.add_lookup(i);
     fill_entry(fs, *i, st, e);
     return 0;

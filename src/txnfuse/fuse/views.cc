@@ -71,6 +71,9 @@ Views::Scope::~Scope() { current_slot = prev_; }
 
 void Views::to_kernel(fuse_entry_param &e) {
   if (e.ino == 0) return;  // a negative entry names no inode
+  // The kernel makes the plain root's generation 0 (fuse_lookup_name); a view's root
+  // must match it, or a plain handle of the root given the view's slot is stale.
+  if (e.ino == FUSE_ROOT_ID) e.generation = 0;
   uint32_t s = current();
   e.ino = nodeid(s, e.ino);
   looked_up(s);
