@@ -9,7 +9,8 @@
  *                                 describes every operation of the COMPOUND (what the
  *                                 bridge needs to predeclare its locks)
  *     RUN      run the COMPOUND as usual; end is not called
- *     RUN_TXN  a transaction is open and bound to this thread; call end
+ *     RUN_TXN  a transaction is open and bound to this thread, and `view` is the
+ *              slot of its view; call end
  *     REFUSE   run no operation; answer the COMPOUND with `status` and no results
  *   ... the operations ...
  *   end(status, replay)           just before the reply is completed (and cached)
@@ -38,7 +39,7 @@
 extern "C" {
 #endif
 
-#define TXNFS_BRIDGE_ABI 2
+#define TXNFS_BRIDGE_ABI 3
 
 /* The statuses the bridge answers with (values from RFC 7530 / RFC 8881). */
 #define TXNFS_BRIDGE_NFS4_OK 0
@@ -57,6 +58,10 @@ enum txnfs_bridge_action {
 struct txnfs_bridge_verdict {
   uint32_t action; /* enum txnfs_bridge_action */
   uint32_t status; /* nfsstat4 for REFUSE, REWRITE and COLLAPSE; else 0 */
+  uint32_t view;   /* RUN_TXN: the slot of the transaction's view (txnfs's FUSE nodeids
+                      carry it in their top 16 bits): the caller opens every object of
+                      the COMPOUND through it; else 0 */
+  uint32_t reserved;
 };
 
 /* One operation of a COMPOUND, as decoded: what names the objects it acts on. The

@@ -12,7 +12,9 @@
 //          lock_set_timeout_ms: the worker holds no lock of
 //          Ganesha's, the kernel's or txnfs's yet, so conflicting COMPOUNDs queue here
 //          instead of timing out inside FUSE requests. A set not granted in time:
-//          NFS4ERR_DELAY, no operation run.
+//          NFS4ERR_DELAY, no operation run. Last, it looks up MOUNT/.txnfs/ID, which
+//          gives the transaction its view, and answers the view's slot: the patch
+//          runs the COMPOUND through it (README.md, Views).
 //   end    status NFS4_OK      commit; if the commit fails (it is rolled back), the reply
 //                              is collapsed into one NFS4ERR_DELAY: the client must not
 //                              see results of operations that did not take effect.
@@ -84,8 +86,33 @@ std::string describe(const OpenTxn &t) {
   return fmt::format("transaction {} (COMPOUND v4.{} tag '{}')", t.id, t.minorversion, t.tag);
 }
 
-txnfs_bridge_verdict verdict(txnfs_bridge_action action, uint32_t status = 0) {
-  return {uint32_t(action), status};
+txnfs_bridge_verdict verdict(txnfs_bridge_action action, uint32_t status = 0, uint32_t view = 0) {
+  return {uint32_t(action), status, view, 0};
+}
+
+// The FUSE nodeid of PATH (relative to DIRFD), from its kernel handle as FSAL_VFS makes
+// it, or 0.
+uint64_t nodeid_at(int dirfd, const char *path) {
+  struct {
+    struct file_handle h;
+    unsigned char bytes[MAX_HANDLE_SZ];
+  } fh{};
+  fh.h.handle_bytes = MAX_HANDLE_SZ;
+  int mount_id = 0;
+  if (name_to_handle_at(dirfd, path, &fh.h, &mount_id, 0) != 0) return 0;
+  if (fh.h.handle_type != 0x81 || fh.h.handle_bytes != 12) return 0;
+  uint32_t w[2];
+  std::memcpy(w, fh.h.f_handle, sizeof w);
+  return uint64_t(w[0]) << 32 | w[1];
+}
+
+// The slot of T's view (docs/isolation.md, Views), which the patch opens every object
+// of the COMPOUND through: the top 16 bits of its root's nodeid. Looking the root up,
+// MOUNT/.txnfs/ID, is what gives the transaction its view. 0: it has none (every slot
+// is taken: ENFILE).
+uint32_t view_slot(const OpenTxn &t) {
+  std::string root = fmt::format(".txnfs/{}", t.id);
+  return uint32_t(nodeid_at(control_fd, root.c_str()) >> 48);
 }
 
 // What to answer a COMPOUND whose transaction could not begin (ERR: a positive errno).
@@ -169,8 +196,16 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
     abort_txn(t);
     return verdict(TXNFS_BRIDGE_REFUSE, status);
   }
+  uint32_t view = view_slot(t);
+  if (view == 0) {
+    int err = errno;
+    logger.line("error: {} has no view: {}; answering NFS4ERR_DELAY without running it",
+                describe(t), std::strerror(err));
+    abort_txn(t);
+    return verdict(TXNFS_BRIDGE_REFUSE, TXNFS_BRIDGE_NFS4ERR_DELAY);
+  }
   current = std::move(t);
-  return verdict(TXNFS_BRIDGE_RUN_TXN);
+  return verdict(TXNFS_BRIDGE_RUN_TXN, 0, view);
 }
 
 txnfs_bridge_verdict end(uint32_t status, int replay) {
@@ -219,20 +254,6 @@ txnfs_bridge_verdict end(uint32_t status, int replay) {
 
 const txnfs_bridge_ops ops = {begin, end};
 
-// The FUSE nodeid of the directory PATH (its kernel handle, as FSAL_VFS makes it), or 0.
-uint64_t export_root_nodeid(const std::string &path) {
-  struct {
-    struct file_handle h;
-    unsigned char bytes[MAX_HANDLE_SZ];
-  } fh{};
-  fh.h.handle_bytes = MAX_HANDLE_SZ;
-  int mount_id = 0;
-  if (name_to_handle_at(AT_FDCWD, path.c_str(), &fh.h, &mount_id, 0) != 0) return 0;
-  if (fh.h.handle_type != 0x81 || fh.h.handle_bytes != 12) return 0;
-  uint32_t w[2];
-  std::memcpy(w, fh.h.f_handle, sizeof w);
-  return uint64_t(w[0]) << 32 | w[1];
-}
 
 // Loads the configuration and checks that the mount is a txnfs mount; "" or the reason.
 std::string start() {
@@ -243,7 +264,7 @@ std::string start() {
   if (!c) return error;
   config = std::move(*c);
   if (!logger.open(config.log, &error)) return error;
-  root_nodeid = export_root_nodeid(config.mount);
+  root_nodeid = nodeid_at(AT_FDCWD, config.mount.c_str());
   control_fd = open(config.mount.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (control_fd < 0) return config.mount + ": " + std::strerror(errno);
   char status[TXNFS_STATUS_JSON_MAX];
