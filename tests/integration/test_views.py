@@ -21,7 +21,6 @@ tree, and file handles taken inside a view resolving there.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import mmap
 import os
@@ -252,17 +251,8 @@ def test_a_handle_of_a_transaction_made_object_answers_estale_outside_it(mnt):
 
 # -- what a user of views relies on ------------------------------------------------------------
 
-@contextlib.contextmanager
 def txn_of_its_own(mnt):
-    """A transaction bound to a process of its own (so the test's own requests are
-    plain): yields its id and its view's root; its owner goes at the end."""
-    owner = subprocess.Popen(["sleep", "300"])
-    try:
-        tid = tl.txn_begin(mnt.path, tl.TXNFS_BIND_PROCESS, owner.pid)
-        yield tid, mnt.path / ".txnfs" / str(tid)
-    finally:
-        owner.kill()
-        owner.wait()
+    return tl.txn_in_view(mnt.path)
 
 
 def test_a_view_path_shows_the_transaction_and_nobody_else_its_changes(mnt):

@@ -891,6 +891,21 @@ def txn_begin(mount, flags=TXNFS_BIND_THREAD, pid=0) -> int:
     return tid
 
 
+@contextlib.contextmanager
+def txn_in_view(mount):
+    """A transaction bound to a process of its own, so that the caller's own requests are
+    plain: yields its id and its view's root (MOUNT/.txnfs/ID), through which the caller
+    works in it. Commit or abort it by id; its owner goes at the end (which aborts it if
+    it is still open)."""
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        tid = txn_begin(mount, TXNFS_BIND_PROCESS, owner.pid)
+        yield tid, Path(mount) / ".txnfs" / str(tid)
+    finally:
+        owner.kill()
+        owner.wait()
+
+
 def txn_commit(mount, tid) -> int:
     """0 or -errno (e.g. -EDEADLK: the transaction can only abort)."""
     return libtxnfs().txnfs_commit(os.fsencode(str(mount)), tid)
