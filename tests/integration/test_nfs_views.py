@@ -113,6 +113,30 @@ def test_an_open_made_in_a_transaction_serves_later_plain_compounds(mnt, servers
     assert views_open(mnt) == 0
 
 
+def test_long_transactional_compounds_walk_from_the_root_again_and_again(mnt, servers):
+    """The root of a view has no parent to be reconnected through: a COMPOUND that comes
+    back to it by handle (PUTROOTFH) after the kernel let its entry go -- a few ms into a
+    long COMPOUND -- still finds it (the bridge holds it open for the COMPOUND)."""
+    (mnt.path / "d").mkdir()
+    g = servers()
+    with nfs.Client(g.port, max_ops=1024) as c:
+        for rnd in range(6):
+            ops = []
+            for i in range(150):
+                ops += [op.putrootfh(), op.lookup("d"), op.open_create(f"f{rnd}-{i}", owner=b"o"),
+                        op.write(bytes([i]) * 1024), op.close()]
+            r = c.compound(ops, tag="txn")
+            assert r.status == OK, [(x.op, x.status) for x in r.results if x.status != OK][:3]
+            ops = []
+            for i in range(150):
+                ops += [op.putrootfh(), op.lookup("d"), op.lookup(f"f{rnd}-{i}"), op.read(1024)]
+            r = c.compound(ops, tag="txn")
+            assert r.status == OK, [(x.op, x.status) for x in r.results if x.status != OK][:3]
+            assert [x.value[1] for x in r.results if x.op == nfs.OP_READ] == \
+                [bytes([i]) * 1024 for i in range(150)]
+    assert len(list((mnt.path / "d").iterdir())) == 900
+
+
 def test_the_views_directory_is_not_exported(mnt, servers):
     g = servers()
     with tl.txn_in_view(mnt.path) as (tid, view):

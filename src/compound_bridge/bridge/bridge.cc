@@ -71,6 +71,7 @@ struct OpenTxn {
   std::string tag;            // for log lines only
   bool complete_set = false;  // every lock it takes was predeclared and granted at begin
   bool lazy = false;          // commits lazily (the tag opted in)
+  int view_fd = -1;           // the view's root, held open while the COMPOUND runs
 };
 thread_local std::optional<OpenTxn> current;
 
@@ -90,8 +91,8 @@ txnfs_bridge_verdict verdict(txnfs_bridge_action action, uint32_t status = 0, ui
   return {uint32_t(action), status, view, 0};
 }
 
-// The FUSE nodeid of PATH (relative to DIRFD), from its kernel handle as FSAL_VFS makes
-// it, or 0.
+// The FUSE nodeid of PATH (relative to DIRFD; "": DIRFD itself), from its kernel handle
+// as FSAL_VFS makes it, or 0.
 uint64_t nodeid_at(int dirfd, const char *path) {
   struct {
     struct file_handle h;
@@ -99,20 +100,29 @@ uint64_t nodeid_at(int dirfd, const char *path) {
   } fh{};
   fh.h.handle_bytes = MAX_HANDLE_SZ;
   int mount_id = 0;
-  if (name_to_handle_at(dirfd, path, &fh.h, &mount_id, 0) != 0) return 0;
+  if (name_to_handle_at(dirfd, path, &fh.h, &mount_id, *path ? 0 : AT_EMPTY_PATH) != 0) return 0;
   if (fh.h.handle_type != 0x81 || fh.h.handle_bytes != 12) return 0;
   uint32_t w[2];
   std::memcpy(w, fh.h.f_handle, sizeof w);
   return uint64_t(w[0]) << 32 | w[1];
 }
 
-// The slot of T's view (docs/isolation.md, Views), which the patch opens every object
-// of the COMPOUND through: the top 16 bits of its root's nodeid. Looking the root up,
-// MOUNT/.txnfs/ID, is what gives the transaction its view. 0: it has none (every slot
-// is taken: ENFILE).
-uint32_t view_slot(const OpenTxn &t) {
+// Opens T's view (docs/isolation.md, Views) and returns its slot, which the patch opens
+// every object of the COMPOUND through: the top 16 bits of its root's nodeid. Looking
+// the root up, MOUNT/.txnfs/ID, is what gives the transaction its view. The root stays
+// open (t.view_fd) until the COMPOUND ends: its entry has no cache lifetime, so the
+// kernel would drop it with the last fd, and the root reached by handle again has no
+// parent to be reconnected through (ESTALE). 0: no view (every slot taken: ENFILE).
+uint32_t open_view(OpenTxn &t) {
   std::string root = fmt::format(".txnfs/{}", t.id);
-  return uint32_t(nodeid_at(control_fd, root.c_str()) >> 48);
+  t.view_fd = openat(control_fd, root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (t.view_fd < 0) return 0;
+  return uint32_t(nodeid_at(t.view_fd, "") >> 48);
+}
+
+void close_view(OpenTxn &t) {
+  if (t.view_fd >= 0) close(t.view_fd);
+  t.view_fd = -1;
 }
 
 // What to answer a COMPOUND whose transaction could not begin (ERR: a positive errno).
@@ -196,11 +206,12 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
     abort_txn(t);
     return verdict(TXNFS_BRIDGE_REFUSE, status);
   }
-  uint32_t view = view_slot(t);
+  uint32_t view = open_view(t);
   if (view == 0) {
     int err = errno;
     logger.line("error: {} has no view: {}; answering NFS4ERR_DELAY without running it",
                 describe(t), std::strerror(err));
+    close_view(t);
     abort_txn(t);
     return verdict(TXNFS_BRIDGE_REFUSE, TXNFS_BRIDGE_NFS4ERR_DELAY);
   }
@@ -215,6 +226,7 @@ txnfs_bridge_verdict end(uint32_t status, int replay) {
   }
   OpenTxn t = std::move(*current);
   current.reset();
+  close_view(t);  // the COMPOUND ran; commit or abort ends the view anyway
 
   if (replay) {
     abort_txn(t);
