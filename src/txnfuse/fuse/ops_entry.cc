@@ -186,10 +186,11 @@ int lookup_self(Fs &fs, uint64_t nodeid, fuse_entry_param *e, const Op *op) {
     if (!fd) return ENOENT;  // removed and freed; the kernel reports ESTALE
     struct stat st;
     if (int err = stat_fd(fd.get(), &st)) return err;
-    // Removed, and the kernel has not forgotten it yet. A view asking for it (a
+    // Removed, and the kernel has not forgotten it yet (it holds it under another
+    // nodeid). A view asking for it is served it, as the plain side is from the
+    // kernel's inode cache (fuzz divergence handle-of-unlinked-inode), so that a
     // transactional NFS COMPOUND's PUTFH of a removed file Ganesha still holds open
-    // through the plain nodeid) is served it, as XFS serves the handle of an unlinked
-    // file that is still open; the plain side is not.
+    // answers as a plain COMPOUND's does. The plain side asking gets ENOENT.
     if (removed(st) && Views::current() == 0) return ENOENT;
     i = fs.inodes.add_lookup(i);
     fill_entry(fs, *i, st, e);

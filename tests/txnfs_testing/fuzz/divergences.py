@@ -47,7 +47,9 @@ DIVERGENCES = [
         "handle from its inode cache without asking the daemon (fs/fuse/inode.c, "
         "fuse_get_dentry), so an inode still cached -- by an open descriptor, or by a plain "
         "process that still sees the committed object a transaction removed -- opens with "
-        "link count 0, where XFS refuses unlinked inodes with ESTALE",
+        "link count 0, where XFS refuses unlinked inodes with ESTALE; through a view, the "
+        "daemon serves such an object while the kernel holds it under another nodeid, so "
+        "that the view answers as the plain side does",
         lambda o, r, ctx: (o["o"] == "handle" and isinstance(r.get("v"), dict)
                            and isinstance(r["v"].get("old"), dict)
                            and r["v"]["old"].get("nlink") == 0),
