@@ -228,23 +228,6 @@ def _observe(c, name_keys):
     return seen
 
 
-PAGE = 4096
-
-
-def _straddles(data, versions):
-    """The documented shape (docs/isolation.md, Limits, "A plain read that straddles a
-    commit"): the kernel served one read from several page-cache fills, some before a
-    commit and some after. Every page read is that page of a committed version, and the
-    length is a committed size or a page boundary (a fill that came back short after a
-    commit shrank the file)."""
-    n = len(data)
-    if n % PAGE and n not in {len(v) for v in versions if v is not None}:
-        return False
-    return all(any(v is not None and v[p:p + PAGE][:len(data[p:p + PAGE])] == data[p:p + PAGE]
-                   and len(v) >= p + len(data[p:p + PAGE]) for v in versions)
-               for p in range(0, n, PAGE))
-
-
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_compounds_match_a_model_and_a_plain_reader_sees_only_committed_state(
         mnt, servers, seed):
@@ -289,7 +272,7 @@ def test_random_compounds_match_a_model_and_a_plain_reader_sees_only_committed_s
                         f"{key}: a plain reader saw a size never committed: {size} ({now[0]})"
                     if data in versions:
                         continue
-                    assert _straddles(data, versions), (
+                    assert tl.straddled_read(data, versions), (
                         f"{key}: a plain reader saw {len(data)} bytes {data[:60]!r}, never "
                         f"committed{' (a rolled-back version)' if data in set().union(*rolled_back.values()) else ''}"
                         f" ({now[0]})")

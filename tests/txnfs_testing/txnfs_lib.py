@@ -891,6 +891,27 @@ def txn_begin(mount, flags=TXNFS_BIND_THREAD, pid=0) -> int:
     return tid
 
 
+def straddled_read(data: bytes, versions, page: int = 4096) -> bool:
+    """Whether DATA is what a plain read that straddles commits can return
+    (docs/isolation.md, Limits, "A plain read that straddles a commit"): the kernel fills
+    it page by page, some pages before a commit and some after, and cuts it at the size
+    it learnt before. So every page is that page of a committed version in VERSIONS --
+    except that one page may be filled after a commit that made the file shorter: that
+    version's tail, then zeros up to the end. The length is a committed size or a page
+    boundary (a READ that came back short and moved the kernel's size)."""
+    vs = [v for v in versions if v is not None]
+    n = len(data)
+    if n % page and n not in {len(v) for v in vs}:
+        return False
+    for p in range(0, n, page):
+        chunk = data[p:p + page]
+        if any(len(v) >= p + len(chunk) and v[p:p + len(chunk)] == chunk for v in vs):
+            continue
+        tail = data[p:]
+        return any(p <= len(v) < p + page and tail == v[p:] + bytes(n - len(v)) for v in vs)
+    return True
+
+
 @contextlib.contextmanager
 def txn_in_view(mount):
     """A transaction bound to a process of its own, so that the caller's own requests are
