@@ -12,9 +12,9 @@
 //          lock_set_timeout_ms: the worker holds no lock of
 //          Ganesha's, the kernel's or txnfs's yet, so conflicting COMPOUNDs queue here
 //          instead of timing out inside FUSE requests. A set not granted in time:
-//          NFS4ERR_DELAY, no operation run. Last, it looks up MOUNT/.txnfs/ID, which
-//          gives the transaction its view, and answers the view's slot: the patch
-//          runs the COMPOUND through it (README.md, Views).
+//          NFS4ERR_DELAY, no operation run. Last, it opens MOUNT/.txnfs/ID, which
+//          gives the transaction its view, holds it open until end, and answers the
+//          view's slot: the patch runs the COMPOUND through it (README.md, Views).
 //   end    status NFS4_OK      commit; if the commit fails (it is rolled back), the reply
 //                              is collapsed into one NFS4ERR_DELAY: the client must not
 //                              see results of operations that did not take effect.
@@ -265,7 +265,6 @@ txnfs_bridge_verdict end(uint32_t status, int replay) {
 }
 
 const txnfs_bridge_ops ops = {begin, end};
-
 
 // Loads the configuration and checks that the mount is a txnfs mount; "" or the reason.
 std::string start() {
