@@ -447,3 +447,73 @@ def test_aborted_chown_changing_no_id_restores_the_mode(mnt, xfs, mode):
     st = os.stat(d / name)
     assert st.st_mode & 0o7777 == mode
     assert st.st_ctime_ns >= ctime
+
+
+# ----------------------------------------------------------------------------
+# a transaction's new files (read and written by the kernel itself: FUSE passthrough)
+# ----------------------------------------------------------------------------
+
+def _kept_fd_write(fd, path):
+    os.pwrite(fd, b"written\n", 2)
+
+
+def _kept_fd_ftruncate(fd, path):
+    os.ftruncate(fd, 20000)
+
+
+def _reopened_write(fd, path):
+    _write(path)
+
+
+NEW_FILE_CHANGES = {
+    "write through the creating open": _kept_fd_write,
+    "ftruncate through the creating open": _kept_fd_ftruncate,
+    "write through a new open": _reopened_write,
+}
+NEW_FILE_MODES = [0o6775, 0o4755, 0o2775, 0o2755, 0o6664, 0o2664, 0o4664]
+
+
+def _new_file_then(change, root: str, mount: str | None, modes_: list[int]):
+    """In the child: inside its own transaction's view when `mount` is given, make one
+    file per mode, set the mode (set-ID bits added while the creating open is still
+    open), then `change` it; return each mode as the caller sees it, then (with `mount`)
+    commit."""
+    tid = tl.txn_begin(mount) if mount else None
+    base = Path(tl.view_path(mount, tid)) / Path(root).relative_to(mount) if mount else Path(root)
+    seen = {}
+    for mode in modes_:
+        p = base / f"n{mode:o}"
+        fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, b"original contents\n" * 4)
+            os.fchmod(fd, mode)
+            change(fd, str(p))
+        finally:
+            os.close(fd)
+        seen[mode] = statx_mode(p)
+    if mount:
+        assert tl.txn_commit(mount, tid) == 0
+    return seen
+
+
+@pytest.mark.parametrize("what", list(NEW_FILE_CHANGES))
+def test_a_transactions_new_files_clear_setid_bits_as_on_xfs(mnt, xfs, what):
+    """A file a transaction makes is written by the kernel straight to the backing file
+    (passthrough), with the daemon's credentials: the bits must still go as XFS drops
+    them for the caller (the kernel asks the daemon to clear them before such a write)."""
+    change = NEW_FILE_CHANGES[what]
+    ref, d = xfs.dir / "ref", mnt.path / "d"
+    for root in (ref, d):
+        root.mkdir()
+        os.chmod(root, 0o777)
+    want = tl.as_user(_new_file_then, change, str(ref), None, NEW_FILE_MODES)
+    assert any(want[m] != m for m in NEW_FILE_MODES), "XFS clears set-ID bits here"
+    got = tl.as_user(_new_file_then, change, str(d), str(mnt.path), NEW_FILE_MODES)
+    problems = [f"{m:o}: {got[m]:o} inside, XFS gives {want[m]:o}" for m in NEW_FILE_MODES
+                if got[m] != want[m]]
+    drop_caches()
+    for m in NEW_FILE_MODES:
+        after = os.stat(d / f"n{m:o}").st_mode & 0o7777
+        if after != want[m]:
+            problems.append(f"{m:o}: {after:o} after the commit, XFS gives {want[m]:o}")
+    assert not problems, f"{what}:\n  " + "\n  ".join(problems)

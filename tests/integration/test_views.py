@@ -14,7 +14,8 @@ the transaction's command runs bound by process id alone: `txnfs run --no-view`,
   * a file handle of an object a transaction made resolves outside it to ESTALE.
 
 And what a user of views relies on: who may enter one (its owner and root, not another
-user: EACCES), a view's end (ESTALE afterwards), `.txnfs` being reserved, `txnfs run`
+user: EACCES), a view's end (ESTALE afterwards; EIO for an open of a file the
+transaction made, which the kernel reads and writes itself), `.txnfs` being reserved, `txnfs run`
 keeping a working directory on the mount, hard links and inode numbers as on the plain
 tree, and file handles taken inside a view resolving there.
 """
@@ -270,12 +271,20 @@ def test_a_view_path_shows_the_transaction_and_nobody_else_its_changes(mnt):
         # the same object: same inode number and device in and out of the view
         assert os.stat(v / "d" / "f2").st_ino == os.stat(mnt.path / "f").st_ino
         assert os.stat(v / "d" / "f2").st_dev == os.stat(mnt.path / "f").st_dev
-        fd = os.open(v / "d" / "g", os.O_RDONLY)
+        fd = os.open(v / "d" / "f2", os.O_RDONLY)
+        # a file the transaction made is read and written by the kernel itself (FUSE
+        # passthrough); the view's end revokes it: EIO instead of ESTALE, close included
+        made_fd = os.open(v / "d" / "g", os.O_RDWR)
         assert tl.txn_commit(mnt.path, tid) == 0
         with pytest.raises(OSError) as e:
             os.read(fd, 3)
         assert e.value.errno == errno.ESTALE, "an ended view's open file must be stale"
         os.close(fd)
+        for use in (lambda: os.pwrite(made_fd, b"late", 0), lambda: os.pread(made_fd, 3, 0),
+                    lambda: os.fstat(made_fd), lambda: os.close(made_fd)):
+            with pytest.raises(OSError) as e:
+                use()
+            assert e.value.errno == errno.EIO, "a made file's open must be revoked"
         assert not (v / "d").exists()
         assert sorted(os.listdir(mnt.path)) == ["d"]
         assert (mnt.path / "d" / "f2").read_bytes() == b"uncommitted and longer"
@@ -295,6 +304,73 @@ def test_an_aborted_views_changes_are_gone_and_its_files_stale(mnt):
         os.close(fd)
         assert os.listdir(mnt.path) == ["f"]
         assert (mnt.path / "f").read_bytes() == b"committed"
+
+
+def passthrough(mnt) -> dict:
+    return tl.txn_status(mnt.path)["passthrough"]
+
+
+@pytest.mark.parametrize("outcome", ["commit", "abort"])
+def test_a_transactions_new_files_pass_through_and_are_revoked_at_its_end(mnt, outcome):
+    """A regular file a transaction made is read and written by the kernel itself
+    (passthrough: no READ or WRITE reaches the daemon); an open of it that outlives the
+    transaction answers EIO (the kernel cannot close a backing file: its inode is
+    revoked), so no late write reaches the committed file, nor the store after an abort.
+    A file that existed before is never passed through: its writes need their undo."""
+    assert passthrough(mnt)["on"]
+    tl.write_file(mnt.path / "old", b"committed")
+    data = os.urandom(1 << 20)
+    before = passthrough(mnt)
+    with txn_of_its_own(mnt) as (tid, v):
+        (v / "old").write_bytes(b"changed")  # (not passed through)
+        assert passthrough(mnt)["opened"] == before["opened"]
+        kept = os.open(v / "new", os.O_RDWR | os.O_CREAT, 0o644)
+        os.pwrite(kept, data, 0)
+        assert passthrough(mnt)["open"] == before["open"] + 1
+        # a second open of the same inode shares its backing file; a mapping works too
+        with open(v / "new", "r+b") as f, mmap.mmap(f.fileno(), len(data)) as m:
+            assert m[:len(data)] == data
+            m[:4] = b"MAPD"
+        assert os.pread(kept, 4, 0) == b"MAPD"
+        assert passthrough(mnt)["opened"] == before["opened"] + 2
+        assert not (mnt.path / "new").exists(), "plain readers see no uncommitted file"
+        end = tl.txn_commit if outcome == "commit" else tl.txn_abort
+        assert end(mnt.path, tid) == 0
+        for use in (lambda: os.pwrite(kept, b"late", 0), lambda: os.pread(kept, 4, 0),
+                    lambda: os.fstat(kept)):
+            with pytest.raises(OSError) as e:
+                use()
+            assert e.value.errno == errno.EIO, f"{outcome}: an open outliving it is revoked"
+        with pytest.raises(OSError) as e:
+            os.close(kept)
+        assert e.value.errno == errno.EIO
+    after = passthrough(mnt)
+    assert after["revoked"] == before["revoked"] + 1
+    assert after["open"] == before["open"]
+    if outcome == "commit":
+        assert (mnt.path / "new").read_bytes() == b"MAPD" + data[4:]
+        assert (mnt.path / "old").read_bytes() == b"changed"
+    else:
+        assert not (mnt.path / "new").exists()
+        assert (mnt.path / "old").read_bytes() == b"committed"
+
+
+def test_nopassthrough_serves_a_transactions_new_files_through_the_daemon(mnt):
+    """-o nopassthrough: the daemon reads and writes every file itself; an open that
+    outlives its transaction answers ESTALE as any other view's."""
+    mnt.umount()
+    mnt.mount("-o", "nopassthrough")
+    assert not passthrough(mnt)["on"]
+    with txn_of_its_own(mnt) as (tid, v):
+        fd = os.open(v / "new", os.O_RDWR | os.O_CREAT, 0o644)
+        os.write(fd, b"through the daemon")
+        assert tl.txn_commit(mnt.path, tid) == 0
+        with pytest.raises(OSError) as e:
+            os.pwrite(fd, b"late", 0)
+        assert e.value.errno == errno.ESTALE
+        os.close(fd)
+    assert (mnt.path / "new").read_bytes() == b"through the daemon"
+    assert passthrough(mnt)["opened"] == 0
 
 
 def test_only_the_owner_and_root_may_enter_a_view(mnt):

@@ -205,6 +205,19 @@ std::string format_status(std::string_view text) {
     out += fmt::format("requests: over {}; parked for locks: {} now, {} in total\n",
                        transport->get<std::string>(), or_dash(u64_field(*parked, "now")),
                        or_dash(u64_field(*parked, "total")));
+  // Passthrough: files transactions made, read and written by the kernel itself.
+  auto pt = j.find("passthrough");
+  if (pt != j.end() && pt->is_object()) {
+    auto on = pt->find("on");
+    if (on != pt->end() && on->is_boolean() && !on->get<bool>())
+      out += "passthrough: off\n";
+    else
+      out += fmt::format(
+          "passthrough (transactions' new files): {} open now, {} opened, {} revoked at a "
+          "transaction's end\n",
+          or_dash(u64_field(*pt, "open")), or_dash(u64_field(*pt, "opened")),
+          or_dash(u64_field(*pt, "revoked")));
+  }
   return out;
 }
 

@@ -180,6 +180,7 @@ int run_mount(const MountOptions &opts) {
   // -o io_uring (or --io-uring): libfuse starts its ring threads at INIT when the kernel
   // agrees (op_init in ops.cc); the option is passed on only by this flag.
   fs.want_io_uring = opts.io_uring || flags.io_uring;
+  fs.want_passthrough = !flags.nopassthrough;
   std::vector<std::string> argv_s = {
       "txnfs", "-o",
       libfuse_options(flags, "default_permissions,allow_other,subtype=txnfs", fs.paths.root)};
@@ -198,6 +199,7 @@ int run_mount(const MountOptions &opts) {
     throw Error(fmt::format("cannot mount at {}", mountpoint),
                 "does the directory exist, and is /dev/fuse available?");
   s.mounted = true;
+  fs.dev_fd = fuse_session_fd(s.se);
   // What libfuse's mount cannot set (mount_options.h), one remount sets. Before any
   // request is served: nothing waits for the daemon.
   if (unsigned long lacks = flags_libfuse_lacks(flags))
@@ -248,6 +250,7 @@ int run_mount(const MountOptions &opts) {
   stall::Watchdog watchdog;
   watchdog.start();
   fs.txns->start();
+  fs.inval.set_mountpoint(mountpoint);
   fs.inval.start(s.se);
   if (ready_fd >= 0) {  // the mount is served: let `txnfs mount` return
     char ok = 0;

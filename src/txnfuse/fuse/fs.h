@@ -49,6 +49,10 @@ struct Fs : TxnEnv {
   park::Pool control;          // runs control requests that wait (ops_ctl.cc)
   bool want_io_uring = false;  // -o io_uring: take FUSE over io_uring if the kernel offers it
   std::atomic<bool> io_uring{false};  // requests arrive over io_uring (seen by a request)
+  // Passthrough for the files a transaction makes, opened through its view (views.h),
+  // unless -o nopassthrough; with the session's /dev/fuse fd, set before requests.
+  bool want_passthrough = true;
+  int dev_fd = -1;
 
   // Drops n lookups of `nodeid`. When the kernel has forgotten the object and it has no
   // name left, its O_PATH fd goes too (FdCache::drop_unlinked): nothing else may then
@@ -83,6 +87,8 @@ void finish_entry(const Op &op, fuse_entry_param &e, bool volatile_entry);
 // TxnManager::opened_for_writing(): the kernel's writeback of a mapping names no caller.
 inline constexpr uint64_t kDirectIoFh = uint64_t(1) << 32;
 inline constexpr uint64_t kTxnWriterFh = uint64_t(1) << 33;
+// kPassthroughFh: the kernel reads and writes the backing file itself (Views::passthrough_open).
+inline constexpr uint64_t kPassthroughFh = uint64_t(1) << 34;
 inline int fd_of(const fuse_file_info *fi) { return int(fi->fh & 0xffffffffu); }
 inline void set_fh(fuse_file_info *fi, int fd) {
   fi->fh = uint64_t(unsigned(fd)) | (fi->direct_io ? kDirectIoFh : 0);

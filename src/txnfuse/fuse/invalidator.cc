@@ -1,10 +1,14 @@
 #include "txnfuse/fuse/invalidator.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 namespace txnfs {
@@ -64,7 +68,36 @@ void Invalidator::gone(uint64_t nodeid, uint64_t generation) {
 }
 
 void Invalidator::view_ended(uint64_t txn_id) {
-  if (views_.end(txn_id)) entry(Views::kDirNodeid, std::to_string(txn_id));
+  std::vector<uint64_t> open;
+  if (!views_.end(txn_id, &open)) return;
+  entry(Views::kDirNodeid, std::to_string(txn_id));
+  if (!se_) return;
+  MutexLock g(mu_);
+  for (uint64_t n : open) {
+    q_.push_back({n, {}, true});
+    queued_++;
+  }
+}
+
+std::string Invalidator::revoke_name(uint64_t nodeid) { return fmt::format("~{:x}", nodeid); }
+
+uint64_t Invalidator::revoke_nodeid(const char *name) {
+  if (name[0] != '~') return 0;
+  uint64_t n = 0;
+  const char *end = name + std::strlen(name);
+  auto [p, ec] = std::from_chars(name + 1, end, n, 16);
+  return ec == std::errc() && p == end ? n : 0;
+}
+
+void Invalidator::revoke(uint64_t nodeid) {
+  std::string name = revoke_name(nodeid);
+  std::string path = mountpoint_ + "/" + Views::kDirName + "/" + name;
+  struct stat st;
+  if (::fstatat(AT_FDCWD, path.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+    spdlog::warn("could not revoke passthrough opens of an ended view ({}): {}", path,
+                 std::strerror(errno));
+  fuse_lowlevel_notify_inval_entry(se_, Views::kDirNodeid, name.c_str(), name.size());
+  views_.revoked(nodeid);
 }
 
 bool Invalidator::expire_names() {
@@ -102,7 +135,8 @@ void Invalidator::send_next() {
   sending_.insert(n);
   mu_.unlock();
   // Errors (ENOENT: the kernel holds nothing for it) need no handling.
-  if (it.name.empty()) fuse_lowlevel_notify_inval_inode(se_, it.node, 0, 0);
+  if (it.revoke) revoke(it.node);
+  else if (it.name.empty()) fuse_lowlevel_notify_inval_inode(se_, it.node, 0, 0);
   else fuse_lowlevel_notify_inval_entry(se_, it.node, it.name.c_str(), it.name.size());
   mu_.lock();
   sending_.erase(n);

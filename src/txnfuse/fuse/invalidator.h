@@ -46,8 +46,14 @@ class Invalidator final : public CacheInvalidator {
   bool known(uint64_t nodeid) override { return inodes_.get(nodeid) != nullptr; }
   void xattrs_restored(uint64_t nodeid) override;
   // Frees the view's slot (Views::end) and drops its root's entry in MNT/.txnfs, with
-  // everything the kernel cached below it.
+  // everything the kernel cached below it; revokes the view's inodes that still have
+  // passthrough opens (revoke()).
   void view_ended(uint64_t txn_id) override EXCLUDES(mu_);
+  // Where revoke() looks up: the mount point (set before requests are served).
+  void set_mountpoint(std::string m) { mountpoint_ = std::move(m); }
+  // The name in MNT/.txnfs whose lookup revokes kernel nodeid `nodeid`, and back (0: not one).
+  static std::string revoke_name(uint64_t nodeid);
+  static uint64_t revoke_nodeid(const char *name);
   // FUSE_NOTIFY_INC_EPOCH (protocol 7.44): the kernel counts its cached names stale.
   bool expire_names() override;
 
@@ -55,7 +61,15 @@ class Invalidator final : public CacheInvalidator {
   struct Item {
     uint64_t node;
     std::string name;  // empty: the inode
+    bool revoke = false;
   };
+  // Makes the kernel fail every open of kernel nodeid `nodeid` from now on: this thread
+  // looks up revoke_name(nodeid) in MNT/.txnfs, which the daemon answers with the same
+  // nodeid and another generation (views_dir::lookup). The kernel then takes its
+  // inode for a reused nodeid's and marks it bad (fuse_iget: "any I/O on the old inode
+  // should fail"), which even a passthrough open obeys; the new inode (link count 0)
+  // goes with the name, dropped right after.
+  void revoke(uint64_t nodeid);
   void loop() EXCLUDES(mu_);
   // Pops the next item (mu_ held), sends it without mu_, then marks it sent.
   void send_next() REQUIRES(mu_);
@@ -82,6 +96,7 @@ class Invalidator final : public CacheInvalidator {
   CondVar sent_cv_;
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread t_;
+  std::string mountpoint_;
 };
 
 }  // namespace txnfs

@@ -96,6 +96,10 @@ MountFlags parse_mount_options(const std::vector<std::string> &lists, bool root)
       f.io_uring = true;
       continue;
     }
+    if (o == "nopassthrough") {
+      f.nopassthrough = true;
+      continue;
+    }
     if (o.rfind("fsname=", 0) == 0) {
       f.fsname = unescape(o.substr(7));
       continue;

@@ -18,6 +18,7 @@ struct MountFlags {
   unsigned long ms = 0;            // MS_* flags for mount(2)
   std::string fsname;              // the mount's source (fsname=); empty: the store's path
   bool io_uring = false;           // `io_uring` was among the options
+  bool nopassthrough = false;      // `nopassthrough`: no FUSE passthrough (views.h)
   std::vector<std::string> other;  // options for libfuse as given (max_read=, blksize=, ...)
 };
 

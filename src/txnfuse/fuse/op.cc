@@ -90,6 +90,16 @@ void Op::set_fh(fuse_file_info *fi, int fd, const InodePtr &inode) const {
   }
 }
 
+void Op::passthrough(fuse_file_info *fi, const Inode &i) const {
+  bool want = s_.txn && S_ISREG(i.type) && s_.txn->made(i.nodeid);
+  int id = fs_.views.passthrough_open(req_, Views::current(), i.nodeid, i.generation, fd_of(fi), want);
+  if (!id) return;
+  fi->backing_id = id;
+  fi->direct_io = 0;  // (the kernel's page cache is the backing file's)
+  fi->keep_cache = 0;
+  fi->fh = (fi->fh & ~kDirectIoFh) | kPassthroughFh;
+}
+
 Op::~Op() {
   if (lockless_) fs_.unlocked_inflight.fetch_sub(1, std::memory_order_seq_cst);
 }

@@ -82,6 +82,10 @@ class Op {
   // fi->fh for the backing fd `fd` of an open of `inode` this request makes; an open
   // with write access by a transaction is registered as that transaction's writer.
   void set_fh(fuse_file_info *fi, int fd, const InodePtr &inode) const;
+  // After set_fh: lets the kernel read and write the backing file itself when the open
+  // is of a regular file this request's transaction made, through its view (or of an
+  // inode that already has such an open: views.h).
+  void passthrough(fuse_file_info *fi, const Inode &inode) const;
 
   // Attributes as this request's transaction must see them.
   void adjust(struct stat &st) const {

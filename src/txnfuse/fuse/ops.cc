@@ -29,6 +29,7 @@ void add_ctl_ops(fuse_lowlevel_ops &ops);
 namespace {
 
 void op_init(void *userdata, fuse_conn_info *conn) {
+  Fs &fs = *static_cast<Fs *>(userdata);
   // fuse_set_feature_flag() takes a capability only if the kernel offers it.
   auto want = [conn](uint64_t cap) { fuse_set_feature_flag(conn, cap); };
   // Handles that survive restarts: the kernel may LOOKUP(nodeid, "." / "..").
@@ -52,6 +53,13 @@ void op_init(void *userdata, fuse_conn_info *conn) {
   // shared mapping's dirty pages come back as WRITEs that name no caller, which belong
   // to the transaction that opened the file (txn/txn_writers.cc).
   want(FUSE_CAP_DIRECT_IO_ALLOW_MMAP);
+  // Files a transaction makes are read and written by the kernel itself, through its
+  // view (views.h): no READ or WRITE of theirs reaches the daemon. Backing files live
+  // on XFS, which stacks on nothing: depth 1.
+  if (fs.want_passthrough && fuse_set_feature_flag(conn, FUSE_CAP_PASSTHROUGH)) {
+    conn->max_backing_stack_depth = 1;
+    fs.views.enable_passthrough(fs.dev_fd);
+  }
   // Not asked for: NO_OPENDIR_SUPPORT (OPENDIR decides per open whether the kernel may
   // cache the listing -- only while no transaction is open -- and holds the stream a
   // listing continues from).
@@ -75,7 +83,6 @@ void op_init(void *userdata, fuse_conn_info *conn) {
   // because no handler waits for a lock (park.h). libfuse starts the ring only when the
   // session was made with -o io_uring, and wants it by default when the kernel offers
   // it (/sys/module/fuse/parameters/enable_uring).
-  Fs &fs = *static_cast<Fs *>(userdata);
   if (!fs.want_io_uring) {
     fuse_unset_feature_flag(conn, FUSE_CAP_OVER_IO_URING);
   } else if (!fuse_set_feature_flag(conn, FUSE_CAP_OVER_IO_URING)) {
@@ -83,7 +90,8 @@ void op_init(void *userdata, fuse_conn_info *conn) {
         "FUSE over io_uring is not offered by the kernel (is "
         "/sys/module/fuse/parameters/enable_uring Y?); serving /dev/fuse");
   }
-  spdlog::info("FUSE protocol {}.{}", conn->proto_major, conn->proto_minor);
+  spdlog::info("FUSE protocol {}.{}, passthrough for transactions' new files {}",
+               conn->proto_major, conn->proto_minor, fs.views.passthrough_on() ? "on" : "off");
 }
 
 // The handlers make_ops() wraps: every request runs inside a stall::InFlight scope,

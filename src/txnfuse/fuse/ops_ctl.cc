@@ -200,6 +200,11 @@ void ctl_status(const Ctl &c) {
   // ever (park.h; lock sets included).
   j["transport"] = fuse_req_is_uring(req) ? "io_uring" : "dev_fuse";
   j["parked"] = {{"now", fs.locks.parked()}, {"total", fs.locks.parked_total()}};
+  Views::Counts pt = fs.views.passthrough_counts();
+  j["passthrough"] = {{"on", fs.views.passthrough_on()},
+                      {"open", pt.open},
+                      {"opened", pt.opened},
+                      {"revoked", pt.revoked}};
   std::string json = j.dump();
   st->truncated = json.size() >= sizeof st->json;
   st->len = uint32_t(std::min(json.size(), sizeof st->json - 1));

@@ -47,12 +47,15 @@ void op_open(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
   fi->noflush = 1;
   fi->direct_io = !fi->keep_cache || (fi->flags & O_DIRECT);
   op.set_fh(fi, fd, i);
+  op.passthrough(fi, *i);
   fuse_reply_open(req, fi);
 }
 
-void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info *fi) {
-  if (fi->fh & kTxnWriterFh) fs_of(req).txns->closed(fd_of(fi));  // before the fd is reused
+void op_release(fuse_req_t req, fuse_ino_t nodeid, fuse_file_info *fi) {
+  Fs &fs = fs_of(req);
+  if (fi->fh & kTxnWriterFh) fs.txns->closed(fd_of(fi));  // before the fd is reused
   ::close(fd_of(fi));
+  if (fi->fh & kPassthroughFh) fs.views.passthrough_release(req, Views::current(), nodeid);
   fuse_reply_err(req, 0);
 }
 

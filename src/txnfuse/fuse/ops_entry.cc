@@ -555,6 +555,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
   fi->noflush = 1;
   fi->direct_io = !op.cacheable() || (fi->flags & O_DIRECT);
   op.set_fh(fi, fd.release(), op.txn() ? made : nullptr);
+  if (made) op.passthrough(fi, *made);
   op.fs().views.to_kernel(e);
   fuse_reply_create(req, &e, fi);
 }

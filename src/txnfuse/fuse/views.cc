@@ -1,9 +1,13 @@
 #include "txnfuse/fuse/views.h"
 
+#include <sys/ioctl.h>
+
 namespace txnfs {
 
 namespace {
 thread_local uint32_t current_slot = 0;
+// FUSE_DEV_IOC_BACKING_CLOSE (linux/fuse.h since 6.9; Debian 12's headers are older).
+constexpr unsigned long kBackingClose = _IOW(229, 2, uint32_t);
 }  // namespace
 
 Views::Views() {
@@ -35,7 +39,7 @@ TxnPtr Views::txn(uint32_t slot) {
   return slot < kDirSlot ? slots_[slot].txn : nullptr;
 }
 
-uint32_t Views::end(uint64_t txn_id) {
+uint32_t Views::end(uint64_t txn_id, std::vector<uint64_t> *revoke) {
   MutexLock g(mu_);
   auto it = by_txn_.find(txn_id);
   if (it == by_txn_.end()) return 0;
@@ -43,7 +47,60 @@ uint32_t Views::end(uint64_t txn_id) {
   by_txn_.erase(it);
   slots_[s].txn.reset();
   slots_[s].txn_id = 0;  // free once the kernel forgot its nodeids (attach)
+  for (auto &[nodeid, b] : backing_)
+    if (slot_of(nodeid) == s && b.opens && !b.revoking) {
+      b.revoking = true;
+      if (revoke) revoke->push_back(nodeid);
+    }
   return s;
+}
+
+int Views::passthrough_open(fuse_req_t req, uint32_t slot, uint64_t object, uint32_t generation,
+                            int fd, bool want) {
+  if (!passthrough_on_ || slot == 0 || slot >= kDirSlot) return 0;
+  MutexLock g(mu_);
+  uint64_t n = nodeid(slot, object);
+  if (auto it = backing_.find(n); it != backing_.end()) {
+    it->second.opens++;
+    opened_++;
+    return it->second.id;
+  }
+  if (!want || !slots_[slot].txn) return 0;
+  // (An ioctl on /dev/fuse that waits for nothing: fine under this leaf.)
+  int id = fuse_passthrough_open(req, fd);
+  if (id <= 0) return 0;
+  backing_[n] = Backing{id, 1, generation, false};
+  opened_++;
+  return id;
+}
+
+void Views::passthrough_release(fuse_req_t req, uint32_t slot, uint64_t object) {
+  MutexLock g(mu_);
+  auto it = backing_.find(nodeid(slot, object));
+  if (it == backing_.end() || --it->second.opens) return;
+  fuse_passthrough_close(req, it->second.id);
+  backing_.erase(it);
+}
+
+bool Views::revoking(uint64_t n, uint32_t *generation) {
+  MutexLock g(mu_);
+  auto it = backing_.find(n);
+  if (it == backing_.end() || !it->second.revoking) return false;
+  *generation = it->second.generation;
+  return true;
+}
+
+void Views::revoked(uint64_t n) {
+  MutexLock g(mu_);
+  if (auto it = backing_.find(n); it != backing_.end()) it->second.revoking = false;
+  revoked_++;
+}
+
+Views::Counts Views::passthrough_counts() {
+  MutexLock g(mu_);
+  Counts c{0, opened_, revoked_};
+  for (auto &[n, b] : backing_) c.open += b.opens;
+  return c;
 }
 
 void Views::looked_up(uint32_t slot) {
@@ -57,6 +114,16 @@ void Views::forgot(uint32_t slot, uint64_t n) {
   MutexLock g(mu_);
   Slot &s = slots_[slot];
   s.lookups = s.lookups > n ? s.lookups - n : 0;
+  if (s.lookups || s.txn) return;
+  // The kernel holds no inode of the ended view: a backing id left (a release the
+  // kernel never sent) belongs to no open and must not meet the slot's next view.
+  for (auto it = backing_.begin(); it != backing_.end();)
+    if (slot_of(it->first) == slot) {
+      if (dev_fd_ >= 0) ::ioctl(dev_fd_, kBackingClose, &it->second.id);
+      it = backing_.erase(it);
+    } else {
+      ++it;
+    }
 }
 
 size_t Views::open() {

@@ -55,13 +55,42 @@ class Views {
   // The open transaction of `slot`, or null (its transaction ended: ESTALE).
   TxnPtr txn(uint32_t slot) EXCLUDES(mu_);
   // Transaction `txn_id` ended: its view's nodeids answer ESTALE from now on. Returns
-  // the slot it had (0: it had none).
-  uint32_t end(uint64_t txn_id) EXCLUDES(mu_);
+  // the slot it had (0: it had none), and adds to `revoke` the kernel nodeids of the
+  // view that still have passthrough opens (the caller revokes them).
+  uint32_t end(uint64_t txn_id, std::vector<uint64_t> *revoke = nullptr) EXCLUDES(mu_);
   // The kernel took one lookup of a nodeid in `slot` / forgot n of them.
   void looked_up(uint32_t slot) EXCLUDES(mu_);
   void forgot(uint32_t slot, uint64_t n) EXCLUDES(mu_);
   // Views open now (txnfs status).
   size_t open() EXCLUDES(mu_);
+
+  // Passthrough (see the invariants above). The kernel negotiated FUSE_PASSTHROUGH and
+  // the mount did not turn it off (-o nopassthrough).
+  // `dev_fd`: the session's /dev/fuse fd.
+  void enable_passthrough(int dev_fd) {
+    dev_fd_ = dev_fd;
+    passthrough_on_ = true;
+  }
+  bool passthrough_on() const { return passthrough_on_; }
+  // For an open of `object` by a request of the view `slot` whose backing fd is `fd`:
+  // the backing id to reply with (fuse_file_info::backing_id), or 0 (no passthrough).
+  // An inode that has a passthrough open gets the same backing id for every open
+  // (`want` notwithstanding: the kernel refuses anything else); otherwise only when
+  // `want` and the slot's transaction is open.
+  int passthrough_open(fuse_req_t req, uint32_t slot, uint64_t object, uint32_t generation,
+                       int fd, bool want) EXCLUDES(mu_);
+  // One passthrough open of `object` in `slot` was released.
+  void passthrough_release(fuse_req_t req, uint32_t slot, uint64_t object) EXCLUDES(mu_);
+  // Whether kernel nodeid `nodeid` is to be revoked, and the generation its kernel
+  // inode has (a lookup answering another one makes the kernel fail every open of it).
+  bool revoking(uint64_t nodeid, uint32_t *generation) EXCLUDES(mu_);
+  void revoked(uint64_t nodeid) EXCLUDES(mu_);
+  struct Counts {
+    uint64_t open = 0;     // passthrough opens not released
+    uint64_t opened = 0;   // passthrough opens ever
+    uint64_t revoked = 0;  // kernel inodes revoked at a view's end
+  };
+  Counts passthrough_counts() EXCLUDES(mu_);
 
   // The slot of the request this thread serves (set by ops.cc for the handler's run).
   static uint32_t current();
@@ -87,8 +116,18 @@ class Views {
     uint64_t txn_id = 0;   // 0: free
     uint64_t lookups = 0;  // the kernel's lookups of nodeids in the slot not forgotten yet
   };
+  struct Backing {
+    int id = 0;             // the kernel's backing id (FUSE_DEV_IOC_BACKING_OPEN)
+    uint32_t opens = 0;     // passthrough opens not released yet
+    uint32_t generation = 0;
+    bool revoking = false;  // its view ended with opens left: revoke() pending
+  };
   Mutex mu_{LockRank::kViews};
   std::vector<Slot> slots_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Backing> backing_ GUARDED_BY(mu_);  // by kernel nodeid
+  uint64_t opened_ GUARDED_BY(mu_) = 0, revoked_ GUARDED_BY(mu_) = 0;
+  bool passthrough_on_ = false;  // set once, before requests
+  int dev_fd_ = -1;
   std::unordered_map<uint64_t, uint32_t> by_txn_ GUARDED_BY(mu_);
   uint32_t next_ GUARDED_BY(mu_) = 1;  // where the search for a free slot starts
 };

@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cstring>
 #include <ctime>
+#include <string>
 
 #include "txnfuse/fuse/fs.h"
 #include "txnfuse/fuse/views.h"
@@ -54,8 +55,29 @@ bool reserved(fuse_req_t req, uint64_t parent, const char *name) {
   return true;
 }
 
+// The lookup with which the daemon's own thread revokes a kernel inode of an ended view
+// (Invalidator::revoke): the same nodeid with another generation, link count 0. Anyone
+// else, or a nodeid not being revoked: no such name.
+void lookup_revoke(fuse_req_t req, uint64_t n) {
+  Fs &fs = fs_of(req);
+  fuse_entry_param e{};
+  uint32_t generation = 0;
+  InodePtr i = fs.inodes.get(Views::object_of(n));
+  std::string task = "/proc/self/task/" + std::to_string(fuse_req_ctx(req)->pid);
+  if (!i || ::access(task.c_str(), F_OK) != 0 || !fs.views.revoking(n, &generation))
+    return (void)fuse_reply_entry(req, &e);
+  e.ino = n;
+  e.generation = generation ^ 1;
+  e.attr.st_ino = i->ino;
+  e.attr.st_mode = S_IFREG;
+  fs.inodes.add_lookup_existing(i);
+  fs.views.looked_up(Views::slot_of(n));
+  fuse_reply_entry(req, &e);
+}
+
 void lookup(fuse_req_t req, const char *name) {
   Fs &fs = fs_of(req);
+  if (uint64_t n = Invalidator::revoke_nodeid(name)) return lookup_revoke(req, n);
   uint64_t id = 0;
   const char *end = name + std::strlen(name);
   auto [p, ec] = std::from_chars(name, end, id);
