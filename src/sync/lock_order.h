@@ -19,7 +19,7 @@
 //    41   TxnManager::clean_mu_        the cleaner's queue of committed logs
 //    50   LockManager::mu_             the lock table (and every LockOwner's held/waiting)
 //    60   InodeTable::mu_              nodeid -> Inode (and Inode::nlookup)
-//    62   Views::mu_                   view slot -> transaction, the kernel's lookups per slot
+//    62   Views::mu_                   view slot -> transaction, the kernel's lookups per slot, backing ids
 //    65   FdCache::mu_                 backing identity -> cached O_PATH fd, LRU order
 //    70   CommittedView::mu_           committed state of entries/objects open txns changed
 //    72   ListingSnapshots::mu_        snapshots of plain listings kept for continuations

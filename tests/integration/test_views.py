@@ -373,6 +373,33 @@ def test_nopassthrough_serves_a_transactions_new_files_through_the_daemon(mnt):
     assert passthrough(mnt)["opened"] == 0
 
 
+def test_a_views_directory_attributes_follow_every_committed_change(mnt):
+    """A view caches a directory's attributes, which it reads committed (IS), also of a
+    directory it changes itself: every committed change of the directory -- a plain
+    request's, another transaction's commit -- drops the view's copy."""
+    for d in ("changed", "read"):
+        (mnt.path / d).mkdir()
+    with txn_of_its_own(mnt) as (tid, v):
+        (v / "changed" / "mine").write_bytes(b"x")  # (IX on "changed": compatible)
+        for d in ("changed", "read"):
+            assert os.stat(v / d).st_nlink == 2
+        (mnt.path / "changed" / "sub").mkdir()  # plain
+        (mnt.path / "read" / "sub").mkdir()
+        for d in ("changed", "read"):
+            assert os.stat(v / d).st_nlink == 3, f"{d}: a plain mkdir must show in the view"
+        seen = {d: os.stat(v / d).st_mtime_ns for d in ("changed", "read")}
+        with txn_of_its_own(mnt) as (other, w):
+            (w / "changed" / "sub2").mkdir()
+            (w / "read" / "sub2").mkdir()
+            for d in ("changed", "read"):
+                assert os.stat(v / d).st_nlink == 3, f"{d}: nothing uncommitted shows"
+            assert tl.txn_commit(mnt.path, other) == 0
+        for d in ("changed", "read"):
+            assert os.stat(v / d).st_nlink == 4, f"{d}: another transaction's commit shows"
+            assert os.stat(v / d).st_mtime_ns > seen[d], f"{d}: and its times"
+        assert tl.txn_commit(mnt.path, tid) == 0
+
+
 def test_only_the_owner_and_root_may_enter_a_view(mnt):
     os.chmod(mnt.path, 0o777)
     owner = subprocess.Popen([*NOBODY, "sleep", "300"])

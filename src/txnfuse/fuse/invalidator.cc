@@ -35,6 +35,23 @@ void Invalidator::inode(uint64_t nodeid) {
     q_.push_back({nodeid, {}});
     queued_++;
   }
+  if (Views::slot_of(nodeid) == 0) dir_changed(nodeid);
+}
+
+void Invalidator::dir_changed(uint64_t object) {
+  if (!se_) return;
+  InodePtr i = inodes_.get(object);
+  if (!i || !S_ISDIR(i->type)) return;
+  std::vector<uint32_t> slots = views_.live_slots();
+  if (slots.empty()) return;
+  {
+    MutexLock g(mu_);
+    for (uint32_t s : slots) {
+      q_.push_back({Views::nodeid(s, object), {}});
+      queued_++;
+    }
+  }
+  cv_.notify_one();
 }
 
 void Invalidator::entry(uint64_t parent, const std::string &name) {

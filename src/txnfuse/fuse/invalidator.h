@@ -29,7 +29,14 @@ class Invalidator final : public CacheInvalidator {
   Invalidator(InodeTable &inodes, Views &views) : inodes_(inodes), views_(views) {}
   void start(fuse_session *se);
   void stop() EXCLUDES(mu_);
+  // (A plain directory's: also its attributes in every open view, dir_changed.)
   void inode(uint64_t nodeid) override EXCLUDES(mu_);
+  // Committed directory `object` changed (its entries, so its size, link count and
+  // times): every open view that may cache its attributes drops them. Views cache a
+  // directory's attributes, which they read committed (IS, docs/isolation.md); a
+  // committed change -- a transaction's end, a plain request's reply -- makes them stale
+  // there. Queued for the thread; waits for nothing. Not a directory: nothing.
+  void dir_changed(uint64_t object) EXCLUDES(mu_);
   void entry(uint64_t parent, const std::string &name) override EXCLUDES(mu_);
   // Returns once everything queued before the call has been sent to the kernel. A
   // transaction's commit or abort calls it (after releasing its locks) before it

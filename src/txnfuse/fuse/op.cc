@@ -17,6 +17,7 @@ thread_local std::unique_ptr<Op::State> adopted;
 
 Op::State::~State() {
   if (plain) fs->locks.release_all(*plain);
+  for (uint64_t n : changed) fs->inval.dir_changed(n);  // (only a plain request's)
   if (entered) {
     fs->txns->leave(*txn);
     if (mutating) TXNFS_CRASH_POINT("txn.after_change");
@@ -31,6 +32,8 @@ Op::State &Op::State::operator=(State &&o) noexcept {
   mutating = std::exchange(o.mutating, false);
   doomed = std::exchange(o.doomed, false);
   err = std::exchange(o.err, 0);
+  changed = std::move(o.changed);
+  o.changed.clear();
   return *this;
 }
 
@@ -124,6 +127,7 @@ int Op::lock(const LockKey &key, LockMode mode) {
     err = fs_.locks.acquire(owner, key, mode, timeout);
   }
   if (err && txn) txn->doom(err);
+  if (!err && change && !txn && key.name.empty()) s_.changed.push_back(key.node);
   return err ? err : plain_change();
 }
 
@@ -185,12 +189,10 @@ double Op::attr_timeout(uint64_t nodeid) const {
   // it touched (TxnManager::finish). An object that existed before is shared: what the
   // transaction changed of it must not outlive the reply.
   // Through a view, the kernel's inode is the transaction's alone, and what it changed
-  // it holds X on: the attributes may be cached -- but for a directory's, which are
-  // read committed (IS): other transactions may change its entries meanwhile.
-  if (s_.txn && s_.txn->changed_shared(nodeid)) {
-    InodePtr i = Views::current() ? fs_.inodes.get(nodeid) : nullptr;
-    return i && !S_ISDIR(i->type) ? fs_.opts.attr_timeout : 0;
-  }
+  // it holds X on: the attributes may be cached. A directory's are read committed (IS):
+  // other transactions and plain requests may change its entries meanwhile, and every
+  // such change drops the views' copies when it is committed (Invalidator::dir_changed).
+  if (s_.txn && s_.txn->changed_shared(nodeid)) return Views::current() ? fs_.opts.attr_timeout : 0;
   return fs_.opts.attr_timeout;
 }
 

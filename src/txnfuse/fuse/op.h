@@ -10,6 +10,7 @@
 //     nothing a transaction sees may outlive it in a kernel cache.
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "txnfuse/fuse/fs.h"
 #include "txnfuse/txn/txn.h"
@@ -27,6 +28,9 @@ class Op {
     bool mutating = false;             // took an X or IX lock: the request changes the tree
     bool doomed = false;               // its transaction is abort-only: served as a plain request
     int err = 0;
+    // Objects a plain request took IX or X on: views may cache the attributes of such a
+    // directory, which its change makes stale there (Invalidator::dir_changed).
+    std::vector<uint64_t> changed;
     State() = default;
     // A moved-from State is empty: it releases and leaves nothing.
     State(State &&o) noexcept { *this = std::move(o); }

@@ -131,6 +131,14 @@ size_t Views::open() {
   return by_txn_.size();
 }
 
+std::vector<uint32_t> Views::live_slots() {
+  MutexLock g(mu_);
+  std::vector<uint32_t> out;
+  out.reserve(by_txn_.size());
+  for (auto &[id, s] : by_txn_) out.push_back(s);
+  return out;
+}
+
 uint32_t Views::current() { return current_slot; }
 
 Views::Scope::Scope(uint32_t slot) : prev_(current_slot) { current_slot = slot; }

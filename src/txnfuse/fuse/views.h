@@ -61,8 +61,9 @@ class Views {
   // The kernel took one lookup of a nodeid in `slot` / forgot n of them.
   void looked_up(uint32_t slot) EXCLUDES(mu_);
   void forgot(uint32_t slot, uint64_t n) EXCLUDES(mu_);
-  // Views open now (txnfs status).
+  // Views open now (txnfs status), and their slots.
   size_t open() EXCLUDES(mu_);
+  std::vector<uint32_t> live_slots() EXCLUDES(mu_);
 
   // Passthrough (see the invariants above). The kernel negotiated FUSE_PASSTHROUGH and
   // the mount did not turn it off (-o nopassthrough).
