@@ -334,6 +334,12 @@ def test_a_transactions_new_files_pass_through_and_are_revoked_at_its_end(mnt, o
         assert os.pread(kept, 4, 0) == b"MAPD"
         assert passthrough(mnt)["opened"] == before["opened"] + 2
         assert not (mnt.path / "new").exists(), "plain readers see no uncommitted file"
+        # the names that revoke are the daemon's own: anyone else finds nothing, revokes nothing
+        ino = os.fstat(kept).st_ino
+        for slot in range(1, 9):
+            with pytest.raises(FileNotFoundError):
+                os.stat(mnt.path / ".txnfs" / f"~{(slot << 48) | ino:x}")
+        assert os.pread(kept, 4, 0) == b"MAPD"
         end = tl.txn_commit if outcome == "commit" else tl.txn_abort
         assert end(mnt.path, tid) == 0
         for use in (lambda: os.pwrite(kept, b"late", 0), lambda: os.pread(kept, 4, 0),

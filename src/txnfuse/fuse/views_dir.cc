@@ -3,6 +3,8 @@
 // EACCES, never a look at uncommitted state. The entry gets no cache lifetime, so every
 // walk through it is asked again (a cached dentry would let anyone through). The
 // directory lists nothing: which transactions are open is `txnfs status`'s business.
+// Its names "~N" (N: a kernel nodeid in hex) serve the daemon's own revocation of an ended
+// view's passthrough opens (Invalidator::revoke); to anyone else they do not exist.
 #include <sys/stat.h>
 #include <unistd.h>
 
