@@ -403,6 +403,14 @@ def test_a_views_directory_attributes_follow_every_committed_change(mnt):
         for d in ("changed", "read"):
             assert os.stat(v / d).st_nlink == 4, f"{d}: another transaction's commit shows"
             assert os.stat(v / d).st_mtime_ns > seen[d], f"{d}: and its times"
+        # a lazy commit on the thread that reads it (commit_here) of a transaction bound
+        # to this thread on the plain path
+        other = tl.txn_begin(mnt.path)
+        for d in ("changed", "read"):
+            (mnt.path / d / "sub3").mkdir()
+        assert tl.txn_commit_lazy(mnt.path, other) == 0
+        for d in ("changed", "read"):
+            assert os.stat(v / d).st_nlink == 5, f"{d}: a lazy commit shows"
         assert tl.txn_commit(mnt.path, tid) == 0
 
 

@@ -74,6 +74,7 @@ void Invalidator::inode_now(uint64_t nodeid) {
   // Offset -1: the attributes (and cached ACLs) only. The kernel takes no lock for
   // that but its inode hash's; it holds no page of such a directory to drop.
   if (se_) fuse_lowlevel_notify_inval_inode(se_, nodeid, -1, 0);
+  dir_changed(nodeid);  // (queued: the views' copies wait for the thread)
 }
 
 void Invalidator::xattrs_restored(uint64_t nodeid) {
