@@ -56,7 +56,8 @@ void op_init(void *userdata, fuse_conn_info *conn) {
   // Files a transaction makes are read and written by the kernel itself, through its
   // view (views.h): no READ or WRITE of theirs reaches the daemon. Backing files live
   // on XFS, which stacks on nothing: depth 1.
-  if (fs.want_passthrough && fuse_set_feature_flag(conn, FUSE_CAP_PASSTHROUGH)) {
+  // (A backing file needs CAP_SYS_ADMIN: a daemon of a user mount goes without.)
+  if (fs.want_passthrough && ::geteuid() == 0 && fuse_set_feature_flag(conn, FUSE_CAP_PASSTHROUGH)) {
     conn->max_backing_stack_depth = 1;
     fs.views.enable_passthrough(fs.dev_fd);
   }

@@ -2,6 +2,8 @@
 
 #include <sys/ioctl.h>
 
+#include <spdlog/spdlog.h>
+
 namespace txnfs {
 
 namespace {
@@ -57,7 +59,7 @@ uint32_t Views::end(uint64_t txn_id, std::vector<uint64_t> *revoke) {
 
 int Views::passthrough_open(fuse_req_t req, uint32_t slot, uint64_t object, uint32_t generation,
                             int fd, bool want) {
-  if (!passthrough_on_ || slot == 0 || slot >= kDirSlot) return 0;
+  if (!passthrough_on() || slot == 0 || slot >= kDirSlot) return 0;
   MutexLock g(mu_);
   uint64_t n = nodeid(slot, object);
   if (auto it = backing_.find(n); it != backing_.end()) {
@@ -68,7 +70,11 @@ int Views::passthrough_open(fuse_req_t req, uint32_t slot, uint64_t object, uint
   if (!want || !slots_[slot].txn) return 0;
   // (An ioctl on /dev/fuse that waits for nothing: fine under this leaf.)
   int id = fuse_passthrough_open(req, fd);
-  if (id <= 0) return 0;
+  if (id <= 0) {  // (libfuse logged why: e.g. no CAP_SYS_ADMIN)
+    passthrough_on_ = false;
+    spdlog::warn("passthrough refused by the kernel: transactions' new files go through the daemon");
+    return 0;
+  }
   backing_[n] = Backing{id, 1, generation, false};
   opened_++;
   return id;

@@ -24,6 +24,7 @@
 #define FUSE_USE_VERSION 318
 #include <fuse_lowlevel.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -72,7 +73,7 @@ class Views {
     dev_fd_ = dev_fd;
     passthrough_on_ = true;
   }
-  bool passthrough_on() const { return passthrough_on_; }
+  bool passthrough_on() const { return passthrough_on_.load(std::memory_order_relaxed); }
   // For an open of `object` by a request of the view `slot` whose backing fd is `fd`:
   // the backing id to reply with (fuse_file_info::backing_id), or 0 (no passthrough).
   // An inode that has a passthrough open gets the same backing id for every open
@@ -127,7 +128,8 @@ class Views {
   std::vector<Slot> slots_ GUARDED_BY(mu_);
   std::unordered_map<uint64_t, Backing> backing_ GUARDED_BY(mu_);  // by kernel nodeid
   uint64_t opened_ GUARDED_BY(mu_) = 0, revoked_ GUARDED_BY(mu_) = 0;
-  bool passthrough_on_ = false;  // set once, before requests
+  // Set before requests; cleared for good if the kernel refuses a backing file.
+  std::atomic<bool> passthrough_on_{false};
   int dev_fd_ = -1;
   std::unordered_map<uint64_t, uint32_t> by_txn_ GUARDED_BY(mu_);
   uint32_t next_ GUARDED_BY(mu_) = 1;  // where the search for a free slot starts
