@@ -74,7 +74,15 @@ void Invalidator::inode_now(uint64_t nodeid) {
   // Offset -1: the attributes (and cached ACLs) only. The kernel takes no lock for
   // that but its inode hash's; it holds no page of such a directory to drop.
   if (se_) fuse_lowlevel_notify_inval_inode(se_, nodeid, -1, 0);
-  dir_changed(nodeid);  // (queued: the views' copies wait for the thread)
+  views_attrs_now(nodeid);
+}
+
+void Invalidator::views_attrs_now(uint64_t object) {
+  if (!se_) return;
+  InodePtr i = inodes_.get(object);
+  if (!i || !S_ISDIR(i->type)) return;
+  for (uint32_t s : views_.live_slots())
+    fuse_lowlevel_notify_inval_inode(se_, Views::nodeid(s, object), -1, 0);
 }
 
 void Invalidator::xattrs_restored(uint64_t nodeid) {

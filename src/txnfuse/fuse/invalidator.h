@@ -34,9 +34,12 @@ class Invalidator final : public CacheInvalidator {
   // Committed directory `object` changed (its entries, so its size, link count and
   // times): every open view that may cache its attributes drops them. Views cache a
   // directory's attributes, which they read committed (IS, docs/isolation.md); a
-  // committed change -- a transaction's end, a plain request's reply -- makes them stale
-  // there. Queued for the thread; waits for nothing. Not a directory: nothing.
+  // transaction's end makes them stale there (a plain request's change: views_attrs_now).
+  // Queued for the thread (flush() sends it); waits for nothing. Not a directory: nothing.
   void dir_changed(uint64_t object) EXCLUDES(mu_);
+  // The same at once, attributes only (waits for nothing: a view never caches a
+  // directory's listing), from any thread.
+  void views_attrs_now(uint64_t object);
   void entry(uint64_t parent, const std::string &name) override EXCLUDES(mu_);
   // Returns once everything queued before the call has been sent to the kernel. A
   // transaction's commit or abort calls it (after releasing its locks) before it

@@ -17,7 +17,7 @@ thread_local std::unique_ptr<Op::State> adopted;
 
 Op::State::~State() {
   if (plain) fs->locks.release_all(*plain);
-  for (uint64_t n : changed) fs->inval.dir_changed(n);  // (only a plain request's)
+  for (uint64_t n : changing) fs->views.plain_change_done(n);  // (after the reply)
   if (entered) {
     fs->txns->leave(*txn);
     if (mutating) TXNFS_CRASH_POINT("txn.after_change");
@@ -32,8 +32,8 @@ Op::State &Op::State::operator=(State &&o) noexcept {
   mutating = std::exchange(o.mutating, false);
   doomed = std::exchange(o.doomed, false);
   err = std::exchange(o.err, 0);
-  changed = std::move(o.changed);
-  o.changed.clear();
+  changing = std::move(o.changing);
+  o.changing.clear();
   return *this;
 }
 
@@ -127,8 +127,20 @@ int Op::lock(const LockKey &key, LockMode mode) {
     err = fs_.locks.acquire(owner, key, mode, timeout);
   }
   if (err && txn) txn->doom(err);
-  if (!err && change && !txn && key.name.empty()) s_.changed.push_back(key.node);
+  if (!err && change && !txn && key.name.empty()) plain_changes_dir(key.node);
   return err ? err : plain_change();
+}
+
+// A view caches a directory's attributes (read committed): a plain change of it must not
+// leave the old ones there once it returned. So, before the change, the views' copies
+// go (attributes only: a view never caches a listing, so that waits for nothing), and
+// until the request ends every view gets them with no lifetime.
+void Op::plain_changes_dir(uint64_t nodeid) {
+  InodePtr i = fs_.inodes.get(nodeid);
+  if (!i || !S_ISDIR(i->type)) return;
+  fs_.views.plain_change_begins(nodeid);
+  s_.changing.push_back(nodeid);
+  fs_.inval.views_attrs_now(nodeid);
 }
 
 int Op::park(LockOwner &owner, const LockKey &key, LockMode mode,
@@ -190,9 +202,12 @@ double Op::attr_timeout(uint64_t nodeid) const {
   // transaction changed of it must not outlive the reply.
   // Through a view, the kernel's inode is the transaction's alone, and what it changed
   // it holds X on: the attributes may be cached. A directory's are read committed (IS):
-  // other transactions and plain requests may change its entries meanwhile, and every
-  // such change drops the views' copies when it is committed (Invalidator::dir_changed).
-  if (s_.txn && s_.txn->changed_shared(nodeid)) return Views::current() ? fs_.opts.attr_timeout : 0;
+  // other transactions and plain requests may change its entries meanwhile: a commit
+  // drops the views' copies (Invalidator::dir_changed), and a plain change gets them
+  // none while it runs (plain_changes_dir).
+  if (Views::current())  // (a directory a plain request is changing: none)
+    return fs_.views.plain_changing(nodeid) ? 0 : fs_.opts.attr_timeout;
+  if (s_.txn && s_.txn->changed_shared(nodeid)) return 0;
   return fs_.opts.attr_timeout;
 }
 

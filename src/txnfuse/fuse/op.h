@@ -28,9 +28,9 @@ class Op {
     bool mutating = false;             // took an X or IX lock: the request changes the tree
     bool doomed = false;               // its transaction is abort-only: served as a plain request
     int err = 0;
-    // Objects a plain request took IX or X on: views may cache the attributes of such a
-    // directory, which its change makes stale there (Invalidator::dir_changed).
-    std::vector<uint64_t> changed;
+    // Directories a plain request took IX or X on while views were open: each counted
+    // in Views::plain_changing until the request ends (Op::plain_changes_dir).
+    std::vector<uint64_t> changing;
     State() = default;
     // A moved-from State is empty: it releases and leaves nothing.
     State(State &&o) noexcept { *this = std::move(o); }
@@ -121,6 +121,7 @@ class Op {
   int park(LockOwner &owner, const LockKey &key, LockMode mode, std::chrono::milliseconds timeout);
 
   void start(const fuse_file_info *writeback_fi);
+  void plain_changes_dir(uint64_t nodeid);
 
   fuse_req_t req_;
   Fs &fs_;

@@ -59,15 +59,15 @@ uint32_t Views::end(uint64_t txn_id, std::vector<uint64_t> *revoke) {
 
 int Views::passthrough_open(fuse_req_t req, uint32_t slot, uint64_t object, uint32_t generation,
                             int fd, bool want) {
-  if (!passthrough_on() || slot == 0 || slot >= kDirSlot) return 0;
+  if (slot == 0 || slot >= kDirSlot) return 0;
   MutexLock g(mu_);
   uint64_t n = nodeid(slot, object);
-  if (auto it = backing_.find(n); it != backing_.end()) {
+  if (auto it = backing_.find(n); it != backing_.end()) {  // (even if turned off since)
     it->second.opens++;
     opened_++;
     return it->second.id;
   }
-  if (!want || !slots_[slot].txn) return 0;
+  if (!want || !passthrough_on() || !slots_[slot].txn) return 0;
   // (An ioctl on /dev/fuse that waits for nothing: fine under this leaf.)
   int id = fuse_passthrough_open(req, fd);
   if (id <= 0) {  // (libfuse logged why: e.g. no CAP_SYS_ADMIN)
@@ -135,6 +135,22 @@ void Views::forgot(uint32_t slot, uint64_t n) {
 size_t Views::open() {
   MutexLock g(mu_);
   return by_txn_.size();
+}
+
+void Views::plain_change_begins(uint64_t object) {
+  MutexLock g(mu_);
+  plain_changing_[object]++;
+}
+
+void Views::plain_change_done(uint64_t object) {
+  MutexLock g(mu_);
+  if (auto it = plain_changing_.find(object); it != plain_changing_.end() && --it->second == 0)
+    plain_changing_.erase(it);
+}
+
+bool Views::plain_changing(uint64_t object) {
+  MutexLock g(mu_);
+  return plain_changing_.count(object) != 0;
 }
 
 std::vector<uint32_t> Views::live_slots() {

@@ -62,6 +62,12 @@ class Views {
   // The kernel took one lookup of a nodeid in `slot` / forgot n of them.
   void looked_up(uint32_t slot) EXCLUDES(mu_);
   void forgot(uint32_t slot, uint64_t n) EXCLUDES(mu_);
+  // Plain requests changing directory `object` now (Op::plain_changes_dir): views
+  // answer its attributes with no lifetime meanwhile.
+  void plain_change_begins(uint64_t object) EXCLUDES(mu_);
+  void plain_change_done(uint64_t object) EXCLUDES(mu_);
+  bool plain_changing(uint64_t object) EXCLUDES(mu_);
+
   // Views open now (txnfs status), and their slots.
   size_t open() EXCLUDES(mu_);
   std::vector<uint32_t> live_slots() EXCLUDES(mu_);
@@ -127,6 +133,7 @@ class Views {
   Mutex mu_{LockRank::kViews};
   std::vector<Slot> slots_ GUARDED_BY(mu_);
   std::unordered_map<uint64_t, Backing> backing_ GUARDED_BY(mu_);  // by kernel nodeid
+  std::unordered_map<uint64_t, uint32_t> plain_changing_ GUARDED_BY(mu_);  // by object
   uint64_t opened_ GUARDED_BY(mu_) = 0, revoked_ GUARDED_BY(mu_) = 0;
   // Set before requests; cleared for good if the kernel refuses a backing file.
   std::atomic<bool> passthrough_on_{false};
