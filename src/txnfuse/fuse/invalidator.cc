@@ -79,8 +79,6 @@ void Invalidator::inode_now(uint64_t nodeid) {
 
 void Invalidator::views_attrs_now(uint64_t object) {
   if (!se_) return;
-  InodePtr i = inodes_.get(object);
-  if (!i || !S_ISDIR(i->type)) return;
   for (uint32_t s : views_.live_slots())
     fuse_lowlevel_notify_inval_inode(se_, Views::nodeid(s, object), -1, 0);
 }

@@ -38,7 +38,8 @@ class Invalidator final : public CacheInvalidator {
   // Queued for the thread (flush() sends it); waits for nothing. Not a directory: nothing.
   void dir_changed(uint64_t object) EXCLUDES(mu_);
   // The same at once, attributes only (waits for nothing: a view never caches a
-  // directory's listing), from any thread.
+  // directory's listing), from any thread; the caller knows `object` is a directory (for
+  // another object it only costs the views one GETATTR).
   void views_attrs_now(uint64_t object);
   void entry(uint64_t parent, const std::string &name) override EXCLUDES(mu_);
   // Returns once everything queued before the call has been sent to the kernel. A
