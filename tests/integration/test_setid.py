@@ -508,7 +508,10 @@ def test_a_transactions_new_files_clear_setid_bits_as_on_xfs(mnt, xfs, what):
         os.chmod(root, 0o777)
     want = tl.as_user(_new_file_then, change, str(ref), None, NEW_FILE_MODES)
     assert any(want[m] != m for m in NEW_FILE_MODES), "XFS clears set-ID bits here"
+    opened = tl.txn_status(mnt.path)["passthrough"]["opened"]
     got = tl.as_user(_new_file_then, change, str(d), str(mnt.path), NEW_FILE_MODES)
+    assert tl.txn_status(mnt.path)["passthrough"]["opened"] >= opened + len(NEW_FILE_MODES), \
+        "the new files' opens must have been passed through"
     problems = [f"{m:o}: {got[m]:o} inside, XFS gives {want[m]:o}" for m in NEW_FILE_MODES
                 if got[m] != want[m]]
     drop_caches()
