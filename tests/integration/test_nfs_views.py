@@ -228,6 +228,27 @@ def _observe(c, name_keys):
     return seen
 
 
+def test_a_straddled_read_may_end_in_zeros_that_are_also_other_versions_pages():
+    """The oracle of the random test (tl.straddled_read) on reads its seed 3 met: a
+    commit truncated d/a from 42,000 bytes to 0 (and, earlier, e from 90,000 to 5,000)
+    while a plain reader's page-cache READ was in flight. The READ came back short after
+    the commit, the commit's invalidation had reached the inode first (so the kernel kept
+    the size it had), and the reader got the new version and zeros up to the old size --
+    pages that are also pages of a sparse version of another name."""
+    page = 4096
+    sparse = bytes(8556) + b"<0:1>" * 102                  # 9,068 bytes, a hole first
+    old = b"<11:477896378>" * 3000                          # 42,000 bytes
+    versions = {None, sparse, old, b""}
+    assert tl.straddled_read(bytes(len(old)), versions)                   # all zeros
+    assert tl.straddled_read(old[:page] + bytes(len(old) - page), versions | {old[:page]})
+    longer = b"[8]" * 160 + bytes(37_707) + b"<5:1>" * 10    # 38,235 bytes, a hole inside
+    longer += bytes(90_000 - len(longer))                        # extended to 90,000
+    assert tl.straddled_read(longer[:5000] + bytes(85_000), {longer, longer[:5000], sparse})
+    # still refused: zeros that no commit explains, before or after the old bytes
+    assert not tl.straddled_read(old[:2 * page] + bytes(len(old) - 2 * page), versions)
+    assert not tl.straddled_read(old[:4 * page] + bytes(page) + old[5 * page:], versions)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_compounds_match_a_model_and_a_plain_reader_sees_only_committed_state(
         mnt, servers, seed):
