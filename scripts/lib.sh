@@ -10,7 +10,8 @@ TXNFS_PACKAGES=(build-essential meson ninja-build pkgconf fuse3 libsqlite3-dev
                 sqlite3 uuid-dev catch2 libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
                 xfsprogs attr acl python3 python3-pytest fio
                 libntirpc-dev nfs-ganesha nfs-ganesha-vfs clang gdb
-                python3-pip python3-venv python3-setuptools systemd)
+                python3-pip python3-venv python3-setuptools systemd
+                etcd-server etcd-client libcurl4-openssl-dev)
 # fuse3: fusermount3 and /etc/fuse.conf; the library txnfs links is libfuse 3.18, built by
 # scripts/build-libfuse (Debian 12's libfuse3 3.14 speaks FUSE 7.31 only).
 # clang: the thread-safety analysis of the lock hierarchy (build-tsa, see txnfs_build_tsa);
@@ -19,6 +20,8 @@ TXNFS_PACKAGES=(build-essential meson ninja-build pkgconf fuse3 libsqlite3-dev
 # benchmarks compare with (the patched one is built by scripts/build-ganesha).
 # python3-pip, -venv, -setuptools: `pip install ./python` (the Python package) into a venv
 # for its tests; systemd: `systemd-analyze verify` of contrib/systemd.
+# etcd-server + etcd-client: the cluster's commit decisions and map (src/cluster), and its
+# tests; libcurl4-openssl-dev: the etcd client (its v3 JSON gateway).
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -132,29 +135,33 @@ txnfs_ganesha_running() {  # WORKDIR
 }
 
 # Renders contrib/ganesha.conf into WORKDIR and starts the server exporting MOUNT on
-# 127.0.0.1:PORT; returns once the port accepts connections.
-txnfs_start_ganesha() {  # WORKDIR MOUNT PORT
-  local w=$1 mnt=$2 port=$3 i
+# ADDR:PORT (ADDR: default 127.0.0.1; scripts/cluster gives each node its own loopback
+# address, all on port 2049); returns once the port accepts connections. CLUSTER: a
+# cluster node's cluster.conf (absolute), the bridge's `cluster =` (two-phase commit).
+txnfs_start_ganesha() {  # WORKDIR MOUNT PORT [ADDR [CLUSTER]]
+  local w=$1 mnt=$2 port=$3 addr=${4:-127.0.0.1} cluster=${5:-} i
   mkdir -p "$w/recovery"
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    die "port $port on 127.0.0.1 is in use (set TXNFS_NFS_PORT to another port)"
+  if (exec 3<>"/dev/tcp/$addr/$port") 2>/dev/null; then
+    die "port $port on $addr is in use (set TXNFS_NFS_PORT to another port)"
   fi
-  sed -e "s|@PORT@|$port|g" -e "s|@EXPORT_PATH@|$mnt|g" -e "s|@WORK@|$w|g" \
+  sed -e "s|@PORT@|$port|g" -e "s|@ADDR@|$addr|g" -e "s|@EXPORT_PATH@|$mnt|g" -e "s|@WORK@|$w|g" \
     "$TXNFS_ROOT/contrib/ganesha.conf" >"$w/ganesha.conf"
   printf 'mount = %s\nlog = %s\n' "$mnt" "$w/bridge.log" >"$w/bridge.conf"
+  [[ -z $cluster ]] || printf 'cluster = %s\n' "$cluster" >>"$w/bridge.conf"
   echo "$port" >"$w/port"
+  echo "$addr" >"$w/addr"
   rm -f "$w/ganesha.pid"
   TXNFS_BRIDGE_LIB=$BRIDGE_LIB TXNFS_BRIDGE_CONF=$w/bridge.conf \
     setsid "$GANESHA_BIN" -F -f "$w/ganesha.conf" -p "$w/ganesha.pid" -L "$w/ganesha.log" \
     -N NIV_EVENT </dev/null >"$w/ganesha.out" 2>&1 &
   echo $! >"$w/ganesha.pid"
   for i in $(seq 300); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+    (exec 3<>"/dev/tcp/$addr/$port") 2>/dev/null && return 0
     pid_alive "$(cat "$w/ganesha.pid")" || break
     sleep 0.1
   done
   tail -20 "$w/ganesha.log" "$w/ganesha.out" >&2 || true
-  die "NFS-Ganesha did not start on 127.0.0.1:$port (see $w/ganesha.log)"
+  die "NFS-Ganesha did not start on $addr:$port (see $w/ganesha.log)"
 }
 
 txnfs_stop_ganesha() {  # WORKDIR

@@ -27,23 +27,26 @@ _DAEMON_BELOW_TXN = ["src/recovery", "src/recovery/undo", "src/store", "src/sync
 LAYERS: dict[str, list[str]] = {
     "include/txnfs": [],   # the C API, its types and the control channel's wire format
     "src/sync": [],
+    "src/cluster": [],
     "src/store": ["src/sync"],
     "src/recovery/undo": ["src/store", "src/sync"],
     "src/recovery": ["src/recovery/undo", "src/store", "src/sync"],
     "src/libtxnfs": ["include/txnfs"],
-    "src/txnfuse/txn": _DAEMON_BELOW_TXN + ["include/txnfs"],
-    "src/txnfuse/fuse": ["src/txnfuse/txn"] + _DAEMON_BELOW_TXN + ["include/txnfs"],
+    "src/txnfuse/txn": _DAEMON_BELOW_TXN + ["src/cluster", "include/txnfs"],
+    "src/txnfuse/fuse": ["src/txnfuse/txn"] + _DAEMON_BELOW_TXN
+                        + ["src/cluster", "include/txnfs"],
     "src/txnfuse/cli": ["src/txnfuse/fuse", "src/txnfuse/txn"] + _DAEMON_BELOW_TXN
-                       + ["include/txnfs"],
+                       + ["src/cluster", "include/txnfs"],
     "src/compound_bridge": [],  # txnfs_bridge.h, the ABI the Ganesha patch includes too
-    "src/compound_bridge/bridge": ["src/compound_bridge", "include/txnfs"],
+    "src/compound_bridge/bridge": ["src/compound_bridge", "src/cluster", "include/txnfs"],
     "src/compound_bridge/client/ganesha_shim": [],
-    "src/compound_bridge/client": [],
+    "src/compound_bridge/client": ["src/cluster"],
     "bench/lib": [],
     "bench/txnbench": ["bench/lib", "include/txnfs"],
     "bench": ["bench/lib", "src/compound_bridge/client"],
     "tests/unit": ["src/txnfuse/cli", "src/txnfuse/fuse", "src/txnfuse/txn"]
-                  + _DAEMON_BELOW_TXN + ["src/compound_bridge/client", "include/txnfs"],
+                  + _DAEMON_BELOW_TXN + ["src/cluster", "src/compound_bridge/client",
+                                         "include/txnfs"],
     "tests/integration": [],   # C programs the pytest tests compile when they run
 }
 
