@@ -8,13 +8,15 @@
 -- EXISTS) and every change additive: new tables, indexes and views, never a changed
 -- table. Version 3 added undo_records and the undo_steps view; version 4 the damage
 -- table (an older txnfs refuses a version-4 database, so it cannot mount a store that
--- is marked damaged without seeing the mark); version 5 the lazy_commits view.
+-- is marked damaged without seeing the mark); version 5 the lazy_commits view; version 6
+-- the prepared table and the prepared_transactions view (an older txnfs, which would roll
+-- a prepared transaction back without asking its cluster, refuses a version-6 store).
 --
 -- Invariant: every object (file, directory, symlink, device, fifo, socket) of the
 -- visible tree has exactly one row in `handles`, and every row names an object that
 -- exists. `txnfs fsck` checks both directions.
 
-PRAGMA user_version = 5;
+PRAGMA user_version = 6;
 
 -- Store-wide facts: schema_version, store_uuid, created, backups ('reflink'|'copy').
 CREATE TABLE IF NOT EXISTS meta (
@@ -162,3 +164,25 @@ CREATE TABLE IF NOT EXISTS damage (
   kept     TEXT,
   accepted TEXT
 );
+
+-- Prepared transactions (the first phase of a two-phase commit, docs/cluster.md): a
+-- transaction whose effects and undo log were made durable and that waits for its
+-- cluster's decision. The row is written, in the same group-commit round, after the
+-- syncfs that made them durable, and deleted in the SQLite transaction that writes its
+-- commit record or with its record after a rollback. Recovery never rolls back a
+-- transaction with a row here on its own: it asks the cluster for the decision (etcd)
+-- and commits or rolls back as it says; without one the mount refuses.
+--   txid      the local transaction (its undo log: STORE/.txnfs/backups/<txid>/)
+--   gid       the global id the coordinator gave it
+--   prepared  when it became prepared
+CREATE TABLE IF NOT EXISTS prepared (
+  txid     INTEGER PRIMARY KEY,
+  gid      TEXT    NOT NULL UNIQUE,
+  prepared TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+
+-- Documented view: prepared transactions with their age (seconds).
+CREATE VIEW IF NOT EXISTS prepared_transactions AS
+  SELECT p.txid AS id, p.gid, p.prepared,
+         round((julianday('now') - julianday(p.prepared)) * 86400.0, 3) AS age_s
+  FROM prepared p ORDER BY p.prepared;

@@ -78,6 +78,21 @@ struct txnfs_ioc_lock_set {
   uint8_t data[16352];
 };
 
+// PREPARE: transaction `id` becomes prepared under the global id gid[0..len).
+struct txnfs_ioc_prepare {
+  uint64_t id;
+  uint32_t len;       // bytes of gid used (1..TXNFS_GID_MAX)
+  uint32_t reserved;  // 0
+  char gid[TXNFS_GID_MAX];
+};
+
+// RESOLVE: the prepared transaction gid[0..len) commits (commit 1) or rolls back (0).
+struct txnfs_ioc_resolve {
+  uint32_t commit;
+  uint32_t len;
+  char gid[TXNFS_GID_MAX];
+};
+
 #define TXNFS_IOC_BEGIN _IOWR(TXNFS_IOC_MAGIC, 1, struct txnfs_ioc_begin)
 #define TXNFS_IOC_COMMIT _IOW(TXNFS_IOC_MAGIC, 2, struct txnfs_ioc_id)
 #define TXNFS_IOC_ABORT _IOW(TXNFS_IOC_MAGIC, 3, struct txnfs_ioc_id)
@@ -89,3 +104,5 @@ struct txnfs_ioc_lock_set {
 #define TXNFS_IOC_SYNC _IO(TXNFS_IOC_MAGIC, 9)
 #define TXNFS_IOC_BEGIN2 _IOWR(TXNFS_IOC_MAGIC, 10, struct txnfs_ioc_begin2)
 #define TXNFS_IOC_BEGIN3 _IOWR(TXNFS_IOC_MAGIC, 11, struct txnfs_ioc_begin3)
+#define TXNFS_IOC_PREPARE _IOW(TXNFS_IOC_MAGIC, 12, struct txnfs_ioc_prepare)
+#define TXNFS_IOC_RESOLVE _IOW(TXNFS_IOC_MAGIC, 13, struct txnfs_ioc_resolve)

@@ -77,6 +77,22 @@ int txnfs_begin3(const char *mount_path, unsigned flags, pid_t pid, uint32_t loc
                  const void *records, size_t len, uint32_t set_timeout_ms, txnfs_id_t *id,
                  int *set_err);
 
+/* Two-phase commit, for a coordinator that commits one global transaction across several
+ * txnfs mounts (docs/cluster.md). txnfs_prepare makes transaction ID prepared under the
+ * global id GID (1..TXNFS_GID_MAX bytes of [A-Za-z0-9._-], unique among the mount's
+ * prepared transactions: -EEXIST): every effect and its undo log are durable, and so is
+ * a record of GID; it keeps its locks, is bound to no thread or process any more (its
+ * owner may exit), and its view ends. Nothing but txnfs_resolve ends it, not even a
+ * restart: recovery keeps it and asks for its decision. -EINVAL: a bad GID; -EDEADLK
+ * (or the error that made it abort-only): it cannot prepare, only abort; -EIO: it could
+ * not be made durable and was rolled back.
+ * txnfs_resolve commits (COMMIT != 0) or rolls back the prepared transaction GID, as the
+ * global decision says (root only: -EPERM). -ENOENT: no prepared transaction has that
+ * id (it was resolved already, or never prepared). -EIO: a commit that could not be
+ * made durable; it stays prepared, and may be resolved again. */
+int txnfs_prepare(const char *mount_path, txnfs_id_t id, const char *gid);
+int txnfs_resolve(const char *mount_path, const char *gid, int commit);
+
 /* A buffer of this size always holds the status text and its NUL. */
 #define TXNFS_STATUS_JSON_MAX 8192
 
@@ -129,6 +145,8 @@ int txnfs_begin3_fd(int fd, unsigned flags, pid_t pid, uint32_t lock_timeout_ms,
                     const void *records, size_t len, uint32_t set_timeout_ms, txnfs_id_t *id,
                     int *set_err);
 int txnfs_status_json_fd(int fd, char *buf, size_t len);
+int txnfs_prepare_fd(int fd, txnfs_id_t id, const char *gid);
+int txnfs_resolve_fd(int fd, const char *gid, int commit);
 
 #ifdef __cplusplus
 }

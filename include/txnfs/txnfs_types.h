@@ -35,7 +35,12 @@ enum txnfs_state {
   TXNFS_COMMITTING = 3,
   TXNFS_COMMITTED = 4,
   TXNFS_ABORTED = 5,
+  TXNFS_PREPARED = 6, /* the first phase of a two-phase commit is done (txnfs_prepare):
+                         durable, locks held, bound to nothing; only txnfs_resolve ends it */
 };
+
+/* A global transaction id (txnfs_prepare): 1..TXNFS_GID_MAX bytes of [A-Za-z0-9._-]. */
+#define TXNFS_GID_MAX 64
 
 struct txnfs_info {
   txnfs_id_t id;

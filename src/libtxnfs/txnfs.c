@@ -86,6 +86,36 @@ int txnfs_commit2_fd(int fd, txnfs_id_t id, unsigned flags) {
   return control(fd, TXNFS_IOC_COMMIT2, &arg);
 }
 
+/* Copies GID into DST (TXNFS_GID_MAX bytes): its length, or -EINVAL. The daemon checks
+ * the characters. */
+static int gid_arg(const char *gid, char *dst) {
+  if (gid == NULL) return -EINVAL;
+  size_t n = strnlen(gid, TXNFS_GID_MAX + 1);
+  if (n == 0 || n > TXNFS_GID_MAX) return -EINVAL;
+  memcpy(dst, gid, n);
+  return (int)n;
+}
+
+int txnfs_prepare_fd(int fd, txnfs_id_t id, const char *gid) {
+  struct txnfs_ioc_prepare arg;
+  memset(&arg, 0, sizeof arg);
+  arg.id = id;
+  int n = gid_arg(gid, arg.gid);
+  if (n < 0) return n;
+  arg.len = (uint32_t)n;
+  return control(fd, TXNFS_IOC_PREPARE, &arg);
+}
+
+int txnfs_resolve_fd(int fd, const char *gid, int commit) {
+  struct txnfs_ioc_resolve arg;
+  memset(&arg, 0, sizeof arg);
+  arg.commit = commit != 0;
+  int n = gid_arg(gid, arg.gid);
+  if (n < 0) return n;
+  arg.len = (uint32_t)n;
+  return control(fd, TXNFS_IOC_RESOLVE, &arg);
+}
+
 int txnfs_sync_fd(int fd) { return control(fd, TXNFS_IOC_SYNC, NULL); }
 
 int txnfs_abort_fd(int fd, txnfs_id_t id) {
@@ -273,4 +303,14 @@ int txnfs_begin3(const char *mount_path, unsigned flags, pid_t pid, uint32_t loc
 int txnfs_status_json(const char *mount_path, char *buf, size_t len) {
   int fd = open_mount(mount_path);
   return fd < 0 ? fd : closing(fd, txnfs_status_json_fd(fd, buf, len));
+}
+
+int txnfs_prepare(const char *mount_path, txnfs_id_t id, const char *gid) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_prepare_fd(fd, id, gid));
+}
+
+int txnfs_resolve(const char *mount_path, const char *gid, int commit) {
+  int fd = open_mount(mount_path);
+  return fd < 0 ? fd : closing(fd, txnfs_resolve_fd(fd, gid, commit));
 }

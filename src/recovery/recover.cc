@@ -47,6 +47,19 @@ RecoveryReport recover_store(const StorePaths &paths, MetaDb &db, const Recovery
       lazy_seq[id] = *s;
       if (*s <= mark) committed.push_back(id);
     }
+  // Prepared transactions: their cluster decides, before anything is touched.
+  for (const MetaDb::PreparedRow &p : db.prepared_txns()) {
+    if (std::find(logs.begin(), logs.end(), p.txid) == logs.end() ||
+        std::find(committed.begin(), committed.end(), p.txid) != committed.end())
+      continue;  // nothing to decide: its log is gone, or its commit record is there
+    if (!opts.decide)
+      throw Error(fmt::format("transaction {} is prepared (global id {}, since {}) and waits "
+                              "for its cluster's decision",
+                              p.txid, p.gid, p.prepared),
+                  "mount the store with --cluster FILE (the node's cluster configuration), "
+                  "or resolve it with `txnfs recover STORE --cluster FILE`; nothing was changed");
+    if (opts.decide(p)) committed.push_back(p.txid);
+  }
   std::sort(committed.begin(), committed.end());
   auto is_committed = [&](uint64_t id) {
     return std::binary_search(committed.begin(), committed.end(), id);

@@ -24,6 +24,11 @@ struct RecoveryOptions {
   bool force = false;
   // Called with a progress line about once a second while recovery runs.
   std::function<void(const std::string &)> progress;
+  // The decision for a prepared transaction (the prepared table, docs/cluster.md): true
+  // to commit, false to roll back; throws Error if none can be had (recovery then
+  // changes nothing). Recovery never decides one itself: without `decide`, a store with
+  // a prepared transaction is refused.
+  std::function<bool(const MetaDb::PreparedRow &)> decide;
 };
 
 struct RecoveryReport {

@@ -578,6 +578,44 @@ void MetaDb::record_committed_txn(const TxnRow &t) {
   s.step();
 }
 
+namespace {
+// Finalizes a statement prepared for one use (the rare calls below) on every way out.
+struct Finalize {
+  sqlite3_stmt *s;
+  ~Finalize() { sqlite3_finalize(s); }
+};
+}  // namespace
+
+void MetaDb::record_prepared_txn(const TxnRow &t, const std::string &gid) {
+  RecursiveMutexLock g(mu_);
+  {
+    Stmt s(*this, open_txn_);
+    bind_row(s, t);
+    s.step();
+  }
+  Finalize f{prep("INSERT INTO prepared(txid, gid) VALUES (?1, ?2)")};
+  Stmt s(*this, f.s);
+  s.bind(1, int64_t(t.id)).bind(2, gid);
+  s.step();
+}
+
+void MetaDb::forget_prepared(uint64_t txid) {
+  RecursiveMutexLock g(mu_);
+  Finalize f{prep("DELETE FROM prepared WHERE txid = ?1")};
+  Stmt s(*this, f.s);
+  s.bind(1, int64_t(txid));
+  s.step();
+}
+
+std::vector<MetaDb::PreparedRow> MetaDb::prepared_txns() {
+  RecursiveMutexLock g(mu_);
+  Finalize f{prep("SELECT txid, gid, prepared FROM prepared ORDER BY txid")};
+  Stmt s(*this, f.s);
+  std::vector<PreparedRow> out;
+  while (s.step()) out.push_back({uint64_t(s.i64(0)), s.text(1), s.text(2)});
+  return out;
+}
+
 void MetaDb::record_rolling_back(const TxnRow &t) {
   RecursiveMutexLock g(mu_);
   Stmt s(*this, rollback_txn_);
@@ -598,6 +636,7 @@ void MetaDb::clear_txns() {
   transaction([&] {
     exec("DELETE FROM txns");
     exec("DELETE FROM undo_records");
+    exec("DELETE FROM prepared");
   });
 }
 

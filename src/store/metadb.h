@@ -30,7 +30,7 @@ namespace txnfs {
 class HandleJournal;
 struct HandleChange;
 
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 // Databases from this version on are upgraded in place (see schema.sql).
 inline constexpr int kOldestUpgradable = 2;
 
@@ -143,6 +143,18 @@ class MetaDb {
   void clear_txns();
   // Ids whose commit record is present.
   std::vector<uint64_t> committed_txns();
+
+  // Prepared transactions (the prepared table, schema.sql). record_prepared_txn writes
+  // the transaction's 'active' row (if missing) and its prepared row; forget_prepared
+  // deletes the prepared row (in the SQLite transaction of its commit record, or after
+  // its rollback).
+  struct PreparedRow {
+    uint64_t txid;
+    std::string gid, prepared;  // prepared: UTC, like started
+  };
+  void record_prepared_txn(const TxnRow &t, const std::string &gid);
+  void forget_prepared(uint64_t txid);
+  std::vector<PreparedRow> prepared_txns();
   // Every transaction record: (id, state), by id.
   std::vector<std::pair<uint64_t, std::string>> all_txns();
 

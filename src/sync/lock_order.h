@@ -37,6 +37,8 @@
 //    98   MetaDb::ids_mu_              the block of reserved transaction ids (a begin takes
 //                                      one without waiting for MetaDb::mu_, which a group
 //                                      commit holds across its fdatasync)
+//    99   Resolver::mu_                a cluster node's last etcd health check
+//                                      (src/txnfuse/txn/resolver.h)
 //   100   stall::Registry::mu          the watchdog's registry of request threads
 //
 // So, for instance, MetaDb::transaction(fn) must never take Txn::mu inside fn: a thread
@@ -86,6 +88,7 @@ enum class LockRank : uint8_t {
   kWriters = 96,
   kPool = 97,
   kTxnIds = 98,
+  kResolver = 99,
   kStallWatchdog = 100,
 };
 

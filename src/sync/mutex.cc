@@ -46,6 +46,8 @@ const char *lock_rank_name(LockRank r) {
       return "MetaDb::ids_mu_";
     case LockRank::kInvalidator:
       return "Invalidator::mu_";
+    case LockRank::kResolver:
+      return "Resolver::mu_";
     case LockRank::kStallWatchdog:
       return "stall::Registry::mu";
   }

@@ -17,7 +17,9 @@
 #include "store/error.h"
 #include "recovery/fsck.h"
 #include "store/metadb.h"
+#include "cluster/cluster_conf.h"
 #include "recovery/recover.h"
+#include "txnfuse/txn/resolver.h"
 #include "store/store.h"
 #include "recovery/undo/undo_io.h"
 
@@ -48,12 +50,20 @@ void print_report(const std::string &store, const RecoveryReport &rep, bool verb
 
 }  // namespace
 
-int recover_command(const std::string &store, bool force, bool verbose) {
+int recover_command(const std::string &store, bool force, bool verbose,
+                    const std::string &cluster_conf) {
   StorePaths paths = StorePaths::of(store);
   check_store_layout(paths);
   StoreLock lock(paths);  // refuses a mounted store
   auto db = MetaDb::open(paths.db);
-  RecoveryReport rep = recover_store(paths, *db, printing_options(force));
+  RecoveryOptions ro = printing_options(force);
+  if (!cluster_conf.empty()) {
+    std::string error;
+    std::optional<cluster::ClusterConf> conf = cluster::load_cluster_conf(cluster_conf, &error);
+    if (!conf) throw Error(error);
+    ro.decide = recovery_decider(*conf);
+  }
+  RecoveryReport rep = recover_store(paths, *db, ro);
   print_report(store, rep, verbose);
   if (!rep.problems.empty()) {
     fmt::print(stderr,

@@ -15,7 +15,10 @@
 namespace txnfs::cli {
 
 // 0: recovered (or nothing to do); 1: steps could not be undone (--force), printed.
-int recover_command(const std::string &store, bool force, bool verbose = false);
+// `cluster_conf`: the node's cluster configuration, for the decisions of prepared
+// transactions (empty: a store with one is refused).
+int recover_command(const std::string &store, bool force, bool verbose = false,
+                    const std::string &cluster_conf = {});
 
 // 0 clean (after repair, with --repair), 1 problems remain (each printed).
 // accept_damage (with repair): clears the damage mark that existed before this run.

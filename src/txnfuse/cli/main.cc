@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "txnfuse/cli/cli_cluster.h"
 #include "txnfuse/cli/cli_recovery.h"
 #include "txnfuse/cli/cli_txn.h"
 #include "txnfuse/cli/cli_umount.h"
@@ -82,6 +83,12 @@ int main(int argc, char **argv) {
       ->check(CLI::Range(int64_t(1), int64_t(TxnLimits::kMaxLazyFlush.count())))
       ->capture_default_str();
 
+  mount
+      ->add_option("--cluster", mo.cluster_conf,
+                   "the node's cluster configuration (docs/cluster.md): prepared "
+                   "transactions are resolved through etcd, at mount and after their timeout")
+      ->check(CLI::ExistingFile);
+
   bool force_umount = false;
   auto *umount = app.add_subcommand("umount", "Unmount a txnfs mount point");
   umount->add_option("MOUNTPOINT", mountpoint, "the mount point (or the store it serves)")
@@ -118,9 +125,31 @@ int main(int argc, char **argv) {
                     "cannot be applied (they are listed)");
   bool verbose = false;
   recover->add_flag("-v,--verbose", verbose, "list every handle-table correction");
+  std::string recover_cluster;
+  recover
+      ->add_option("--cluster", recover_cluster,
+                   "the node's cluster configuration: prepared transactions get their "
+                   "decision from etcd (without it a store with one is refused)")
+      ->check(CLI::ExistingFile);
   recover->footer(
       "Exit status: 0 recovered or nothing to do, 1 error, steps not restored, or "
       "the store is marked damaged (each problem listed; see txnfs fsck).");
+
+  std::string resolve_gid, resolve_cluster;
+  bool abort_if_undecided = false;
+  auto *resolve = app.add_subcommand(
+      "resolve", "End a prepared transaction of a cluster as etcd's decision says");
+  resolve->add_option("MOUNTPOINT", mountpoint, "the node's txnfs mount")->required();
+  resolve->add_option("GID", resolve_gid, "the global transaction id (txnfs status shows it)")
+      ->required();
+  resolve->add_option("--cluster", resolve_cluster, "the node's cluster configuration")
+      ->required()
+      ->check(CLI::ExistingFile);
+  resolve->add_flag("--abort-if-undecided", abort_if_undecided,
+                    "if etcd has no decision yet, write ABORT by compare-and-swap first "
+                    "(presumed abort; a COMMIT written before wins)");
+  resolve->footer(
+      "Exit status: 0 resolved (or not prepared here any more), 1 error, 3 no decision yet.");
 
   auto *crash_points = app.add_subcommand("crash-points", "List the crash-injection points");
   crash_points->group("");  // hidden: for test harnesses (TXNFS_CRASH_AT=NAME:COUNT)
@@ -153,7 +182,9 @@ int main(int argc, char **argv) {
     }
     if (*umount) return cli::umount_command(mountpoint, force_umount);
     if (*fsck) return cli::fsck_command(store, repair, accept_damage);
-    if (*recover) return cli::recover_command(store, force, verbose);
+    if (*recover) return cli::recover_command(store, force, verbose, recover_cluster);
+    if (*resolve)
+      return cli::resolve_command(mountpoint, resolve_gid, resolve_cluster, abort_if_undecided);
     if (*crash_points) return cli::crash_points_command();
     if (*fault_points) return cli::fault_points_command();
   } catch (const Error &e) {

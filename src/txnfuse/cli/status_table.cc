@@ -52,9 +52,12 @@ std::string or_dash(const std::optional<T> &v) {
 std::string state_of(const json &t) {
   auto it = t.find("state");
   if (it == t.end()) return "-";
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_number_unsigned()) return state_name(it->get<unsigned>());
-  return "?";
+  std::string s = it->is_string()            ? it->get<std::string>()
+                  : it->is_number_unsigned() ? state_name(it->get<unsigned>())
+                                             : "?";
+  // A prepared transaction shows its global id (docs/cluster.md).
+  if (auto g = t.find("gid"); g != t.end() && g->is_string()) s += " " + g->get<std::string>();
+  return s;
 }
 
 std::string error_of(const json &t) {
@@ -135,6 +138,8 @@ std::string state_name(unsigned state) {
       return "committed";
     case TXNFS_ABORTED:
       return "aborted";
+    case TXNFS_PREPARED:
+      return "prepared";
   }
   return fmt::format("state-{}", state);
 }
@@ -217,6 +222,33 @@ std::string format_status(std::string_view text) {
           "transaction's end\n",
           or_dash(u64_field(*pt, "open")), or_dash(u64_field(*pt, "opened")),
           or_dash(u64_field(*pt, "revoked")));
+  }
+  // A cluster node (docs/cluster.md): its name, and etcd's health at the last check.
+  auto cl = j.find("cluster");
+  if (cl != j.end() && cl->is_object()) {
+    auto str = [](const json &o, const char *k) {
+      auto it = o.find(k);
+      return it != o.end() && it->is_string() ? it->get<std::string>() : std::string("-");
+    };
+    out += fmt::format("cluster {}: node {} (participant; prepared transactions resolved after {} ms, "
+                       "{} by this node)\n",
+                       str(*cl, "cluster"), str(*cl, "node"),
+                       or_dash(u64_field(*cl, "prepared_timeout_ms")),
+                       or_dash(u64_field(*cl, "resolved_by_node")));
+    auto e = cl->find("etcd");
+    if (e != cl->end() && e->is_object()) {
+      auto healthy = e->find("healthy");
+      auto checked = e->find("checked");
+      if (checked == e->end() || !checked->is_boolean() || !checked->get<bool>())
+        out += "etcd: not checked yet\n";
+      else if (healthy != e->end() && healthy->is_boolean() && healthy->get<bool>())
+        out += fmt::format("etcd: healthy ({} of {} members answer; via {}; {} ms ago)\n",
+                           or_dash(u64_field(*e, "members_ok")), or_dash(u64_field(*e, "members")),
+                           str(*e, "endpoint"), or_dash(i64_field(*e, "checked_ms_ago")));
+      else
+        out += fmt::format("etcd: UNHEALTHY ({}; {} ms ago): prepared transactions wait\n",
+                           str(*e, "error"), or_dash(i64_field(*e, "checked_ms_ago")));
+    }
   }
   return out;
 }

@@ -14,9 +14,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
@@ -28,6 +30,8 @@
 #include "sync/stall_watchdog.h"
 #include "txnfuse/fuse/dev_loop.h"
 #include "txnfuse/fuse/mount_options.h"
+#include "cluster/cluster_conf.h"
+#include "txnfuse/txn/resolver.h"
 #include "txnfuse/txn/txn.h"
 
 namespace txnfs {
@@ -119,6 +123,14 @@ int run_mount(const MountOptions &opts) {
     o.log_file = std::filesystem::absolute(o.log_file);
   check_store_layout(fs.paths);
   StoreLock lock(fs.paths);
+  std::optional<cluster::ClusterConf> cluster;
+  if (!opts.cluster_conf.empty()) {
+    std::string error;
+    cluster = cluster::load_cluster_conf(opts.cluster_conf, &error);
+    if (!cluster) throw Error(error, "see docs/cluster.md for the file's keys");
+    if (cluster->node.empty())
+      throw Error(opts.cluster_conf + ": a node's configuration needs `node = NAME`");
+  }
   // The fd cache must leave room under the open-file limit for open files, the undo
   // logs and SQLite, or creating files fails with EMFILE instead of evicting.
   if (rlimit rl; opts.fd_cache && ::getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
@@ -144,6 +156,7 @@ int run_mount(const MountOptions &opts) {
     fs.reflink = db->get_meta("backups").value_or("reflink") == "reflink";
     RecoveryOptions ro;
     ro.progress = [](const std::string &line) { spdlog::info("{}", line); };
+    if (cluster) ro.decide = recovery_decider(*cluster);
     RecoveryReport rep = recover_store(fs.paths, *db, ro);
     for (auto &p : rep.problems) spdlog::error("recovery: not restored: {}", p);
     for (auto &f : rep.handle_fixes) spdlog::info("recovery: handle table: {}", f);
@@ -250,6 +263,13 @@ int run_mount(const MountOptions &opts) {
   stall::Watchdog watchdog;
   watchdog.start();
   fs.txns->start();
+  if (cluster) {
+    fs.resolver = std::make_unique<Resolver>(*cluster, *fs.txns);
+    fs.resolver->start();
+    spdlog::info("cluster {}: node {}; etcd {}; prepared transactions resolved after {} ms",
+                 cluster->cluster, cluster->node, fmt::join(cluster->etcd, ","),
+                 cluster->prepared_timeout.count());
+  }
   fs.inval.set_mountpoint(mountpoint);
   fs.inval.start(s.se);
   if (ready_fd >= 0) {  // the mount is served: let `txnfs mount` return
@@ -270,6 +290,7 @@ int run_mount(const MountOptions &opts) {
   fs.resumer.stop();
   fs.control.stop();
   fs.inval.stop();
+  if (fs.resolver) fs.resolver->stop();
   fs.txns->stop();
   watchdog.stop();
   spdlog::info("unmounting {}", mountpoint);

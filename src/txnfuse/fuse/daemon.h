@@ -30,6 +30,8 @@ struct MountOptions {
   // Threads reading /dev/fuse; 0: max(2, number of CPUs). Requests waiting for locks
   // occupy none (fuse/park.h).
   unsigned threads = 0;
+  // The node's cluster configuration (docs/cluster.md); empty: not in a cluster.
+  std::string cluster_conf;
 };
 
 // The /dev/fuse pool size for `opts.threads`.

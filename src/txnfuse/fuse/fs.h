@@ -23,6 +23,7 @@
 #include "txnfuse/fuse/listings.h"
 #include "txnfuse/fuse/park.h"
 #include "txnfuse/fuse/views.h"
+#include "txnfuse/txn/resolver.h"
 #include "txnfuse/txn/txn_env.h"
 
 namespace txnfs {
@@ -45,6 +46,7 @@ struct Fs : TxnEnv {
   Invalidator inval;          // the kernel's caches; TxnEnv::cache points here
   ListingSnapshots listings;  // what plain listings were served while transactions were open
   std::unique_ptr<TxnManager> txns;
+  std::unique_ptr<Resolver> resolver;  // in a cluster: settles prepared transactions (resolver.h)
   park::Pool resumer;          // runs parked requests again once their lock is granted
   park::Pool control;          // runs control requests that wait (ops_ctl.cc)
   bool want_io_uring = false;  // -o io_uring: take FUSE over io_uring if the kernel offers it

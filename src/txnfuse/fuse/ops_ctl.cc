@@ -121,6 +121,32 @@ void ctl_abort(const Ctl &c) {
   return (void)fuse_reply_ioctl(c.req, 0, nullptr, 0);
 }
 
+// The global id of a PREPARE or RESOLVE: `len` bytes of `gid` (TxnManager checks them).
+template <class A>
+bool gid_of(const A &a, std::string *gid) {
+  if (a.len == 0 || a.len > sizeof a.gid) return false;
+  gid->assign(a.gid, a.len);
+  return true;
+}
+
+void ctl_prepare(const Ctl &c) {
+  txnfs_ioc_prepare a;
+  std::string gid;
+  if (!c.in(a) || a.reserved != 0 || !gid_of(a, &gid)) return (void)fuse_reply_err(c.req, EINVAL);
+  int err = c.tm.prepare(c.ctx->uid, a.id, gid);
+  if (err) return (void)fuse_reply_err(c.req, err);
+  return (void)fuse_reply_ioctl(c.req, 0, nullptr, 0);
+}
+
+void ctl_resolve(const Ctl &c) {
+  txnfs_ioc_resolve a;
+  std::string gid;
+  if (!c.in(a) || a.commit > 1 || !gid_of(a, &gid)) return (void)fuse_reply_err(c.req, EINVAL);
+  int err = c.tm.resolve(c.ctx->uid, gid, a.commit == 1);
+  if (err) return (void)fuse_reply_err(c.req, err);
+  return (void)fuse_reply_ioctl(c.req, 0, nullptr, 0);
+}
+
 void ctl_commit2(const Ctl &c) {
   txnfs_ioc_commit a;
   if (!c.in(a) || a.reserved != 0 || (a.flags & ~unsigned(TXNFS_COMMIT_LAZY)))
@@ -205,6 +231,25 @@ void ctl_status(const Ctl &c) {
                       {"open", pt.open},
                       {"opened", pt.opened},
                       {"revoked", pt.revoked}};
+  if (fs.resolver) {  // a cluster node (docs/cluster.md): its role and etcd's last check
+    const cluster::ClusterConf &cc = fs.resolver->conf();
+    Resolver::Health h = fs.resolver->health();
+    auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - h.at);
+    j["cluster"] = {{"cluster", cc.cluster},
+                    {"node", cc.node},
+                    {"role", "participant"},
+                    {"prepared_timeout_ms", cc.prepared_timeout.count()},
+                    {"resolved_by_node", fs.resolver->resolved()},
+                    {"etcd",
+                     {{"checked", h.checked},
+                      {"healthy", h.ok},
+                      {"members", h.members},
+                      {"members_ok", h.members_ok},
+                      {"endpoint", h.endpoint},
+                      {"error", h.error},
+                      {"checked_ms_ago", h.checked ? ago.count() : -1}}}};
+  }
   std::string json = j.dump();
   st->truncated = json.size() >= sizeof st->json;
   st->len = uint32_t(std::min(json.size(), sizeof st->json - 1));
@@ -235,6 +280,8 @@ constexpr CtlCommand kCommands[] = {
     {TXNFS_IOC_LOCK_TIMEOUT, ctl_lock_timeout, false},
     {TXNFS_IOC_LOCK_SET, ctl_lock_set, false},
     {TXNFS_IOC_STATUS, ctl_status, false},
+    {TXNFS_IOC_PREPARE, ctl_prepare, true},
+    {TXNFS_IOC_RESOLVE, ctl_resolve, true},
 };
 
 const CtlCommand *command(unsigned int cmd) {

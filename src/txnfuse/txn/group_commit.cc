@@ -192,7 +192,14 @@ int GroupCommit::group_commit(Txn *t, Round why) {
               env_.db->record_committed_txn(txn_row(*b));
               b->durable_recorded = true;  // (under the database mutex: mirror_rows)
             }
-            for (Txn *b : batch) env_.db->record_committed_txn(txn_row(*b));
+            for (Txn *b : batch) {
+              if (b->preparing.load()) {
+                env_.db->record_prepared_txn(txn_row(*b), b->gid);
+                continue;
+              }
+              env_.db->record_committed_txn(txn_row(*b));
+              if (!b->gid.empty()) env_.db->forget_prepared(b->id());  // it was prepared
+            }
             for (uint64_t id : forget) env_.db->delete_txn(id);
             for (uint64_t id : forget_now) env_.db->delete_txn(id);
           });

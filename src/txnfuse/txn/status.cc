@@ -2,6 +2,7 @@
 #include <chrono>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "txnfuse/txn/txn.h"
@@ -21,6 +22,8 @@ const char *state_name(int s) {
       return "committing";
     case TXNFS_COMMITTED:
       return "committed";
+    case TXNFS_PREPARED:
+      return "prepared";
     default:
       return "aborted";
   }
@@ -47,6 +50,12 @@ std::string TxnManager::status_json() {
                     {"locks_held", held},
                     {"locks_waiting", waiting},
                     {"error", i.error}});
+    if (i.state == TXNFS_PREPARED) {  // (gid and the time: set before, never changed)
+      txns.back()["gid"] = t->gid;
+      txns.back()["prepared_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::system_clock::now() - t->prepared_wall)
+                                       .count();
+    }
   }
   uint64_t oldest_ms = gc_.oldest_lazy_ms();
   nlohmann::json j = {{"transactions", txns},
@@ -62,12 +71,48 @@ std::string TxnManager::status_json() {
                         {"recoveries", env_.recoveries},
                         {"lazy_commits", lazy_commits_.load()},
                         {"lazy_flushes", gc_.lazy_flushes()},
-                        {"lazy_commits_here", lazy_commits_here_.load()}}},
+                        {"lazy_commits_here", lazy_commits_here_.load()},
+                        {"prepares", prepares_.load()},
+                        {"resolved_commits", resolved_commits_.load()},
+                        {"resolved_aborts", resolved_aborts_.load()}}},
                       {"lazy",
                        {{"not_durable", gc_.not_durable()},
                         {"oldest_ms", oldest_ms},
                         {"flush_ms", uint64_t(limits.lazy_flush.count())}}}};
   return j.dump();
+}
+
+std::string TxnManager::metrics_text() {
+  uint64_t prepared = 0, open = 0;
+  binding_.for_each([&](const TxnPtr &t) {
+    open++;
+    if (t->state.load() == TXNFS_PREPARED) prepared++;
+  });
+  std::string out;
+  auto metric = [&](const char *name, const char *type, const char *help, uint64_t v) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, v);
+  };
+  metric("txnfs_commits_total", "counter", "Committed transactions.", commits_.load());
+  metric("txnfs_aborts_total", "counter", "Rolled-back transactions.", aborts_.load());
+  metric("txnfs_open_transactions", "gauge", "Open transactions, prepared ones included.", open);
+  metric("txnfs_prepared_transactions", "gauge", "Prepared transactions (two-phase commit).",
+         prepared);
+  metric("txnfs_prepares_total", "counter", "Transactions that became prepared.",
+         prepares_.load());
+  metric("txnfs_lock_waits_total", "counter", "Requests that waited for a lock.",
+         env_.locks.parked_total());
+  metric("txnfs_lock_timeouts_total", "counter", "Lock waits that timed out.",
+         env_.locks.timeouts());
+  metric("txnfs_deadlocks_total", "counter", "Deadlocks broken.", env_.locks.deadlocks());
+  out += "# HELP txnfs_commit_seconds Time a commit took, from the call to its outcome.\n"
+         "# TYPE txnfs_commit_seconds histogram\n";
+  for (size_t k = 0; k < std::size(kCommitBuckets); k++)
+    out += fmt::format("txnfs_commit_seconds_bucket{{le=\"{}\"}} {}\n", kCommitBuckets[k],
+                       commit_le_[k].load());
+  out += fmt::format("txnfs_commit_seconds_bucket{{le=\"+Inf\"}} {}\n", commit_count_.load());
+  out += fmt::format("txnfs_commit_seconds_sum {}\n", double(commit_us_sum_.load()) / 1e6);
+  out += fmt::format("txnfs_commit_seconds_count {}\n", commit_count_.load());
+  return out;
 }
 
 }  // namespace txnfs

@@ -90,6 +90,13 @@ struct Txn : LockOwner {
   };
   std::vector<RowName> row_names GUARDED_BY(mu);  // handle-row names before renames, for abort
   std::atomic<bool> wants_durable{false};         // fsync inside the transaction: commit durably
+  // Two-phase commit (TxnManager::prepare): the global id, set once before the round that
+  // makes it prepared and never changed; `preparing` tells that round to write its
+  // prepared record instead of a commit record. Read by others only once state is
+  // TXNFS_PREPARED (or by that round).
+  std::string gid;
+  std::atomic<bool> preparing{false};
+  std::chrono::system_clock::time_point prepared_wall;  // when it became prepared
   // (Both under GroupCommit::gc_mu_.)
   uint64_t commit_seq = 0;                           // lazy commits: position in the commit order
   std::chrono::steady_clock::time_point lazy_since;  // lazy commits: when

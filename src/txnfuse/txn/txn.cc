@@ -149,7 +149,18 @@ int TxnManager::commit(uid_t uid, uint64_t id, unsigned flags) {
     if (expected != TXNFS_ABORT_ONLY) return ENOENT;  // already finishing
     return t->error ? int(t->error) : EDEADLK;        // it stays open; only abort ends it
   }
-  return finish(t, true, flags & TXNFS_COMMIT_LAZY);
+  auto t0 = std::chrono::steady_clock::now();
+  int err = finish(t, true, flags & TXNFS_COMMIT_LAZY);
+  count_commit(std::chrono::steady_clock::now() - t0);
+  return err;
+}
+
+void TxnManager::count_commit(std::chrono::steady_clock::duration took) {
+  double s = std::chrono::duration<double>(took).count();
+  for (size_t k = 0; k < std::size(kCommitBuckets); k++)
+    if (s <= kCommitBuckets[k]) commit_le_[k].fetch_add(1, std::memory_order_relaxed);
+  commit_count_.fetch_add(1, std::memory_order_relaxed);
+  commit_us_sum_.fetch_add(uint64_t(s * 1e6), std::memory_order_relaxed);
 }
 
 int TxnManager::abort(uid_t uid, uint64_t id) {
@@ -230,6 +241,14 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
     // is durable: the lazy commits before it become durable first.
     if (!log) err = lazy ? 0 : before_plain_change();
     else err = lazy ? gc_.lazy_commit(t) : gc_.durable_commit(*t);
+    if (err && !t->gid.empty()) {
+      // Prepared, and its cluster decided to commit: it stays prepared, locks and all,
+      // to be resolved again (prepare.cc).
+      spdlog::error("prepared transaction {} ({}): commit failed ({}); it stays prepared",
+                    t->id(), t->gid, std::strerror(err));
+      t->state = TXNFS_PREPARED;
+      return EIO;
+    }
     if (err) {
       spdlog::error("transaction {}: commit failed ({}); rolling back", t->id(),
                     std::strerror(err));
@@ -298,6 +317,7 @@ int TxnManager::finish(TxnPtr t, bool commit, bool lazy, bool *here) {
       }
       for (auto it = row_names.rbegin(); it != row_names.rend(); ++it)
         env_.db->set_handle_name(it->nodeid, it->parent, it->name);
+      if (!t->gid.empty()) env_.db->forget_prepared(t->id());
       env_.db->delete_txn(t->id());
     } catch (const std::exception &e) {
       // The log stays; the next mount's recovery finishes the rollback.
@@ -400,7 +420,9 @@ TxnManager::Here TxnManager::commit_here(uid_t uid, uint64_t id, unsigned flags,
     if (!t->state.compare_exchange_strong(expected, TXNFS_COMMITTING)) return Here::kNo;
   }
   bool deferred = false;
+  auto t0 = std::chrono::steady_clock::now();
   *err = finish(t, true, true, &deferred);
+  count_commit(std::chrono::steady_clock::now() - t0);
   if (!deferred) {
     lazy_commits_here_++;
     return Here::kDone;

@@ -116,6 +116,23 @@ class TxnManager {
   // A plain request is about to change the tree: lazy commits must be durable first.
   int before_plain_change() { return lazy_pending() ? sync() : 0; }
   int abort(uid_t uid, uint64_t id);
+  // Two-phase commit (prepare.cc, docs/cluster.md). prepare() makes `id` prepared under
+  // the global id `gid`: its effects and undo log durable, then its prepared record
+  // (schema.sql), in a group-commit round; it keeps its locks, leaves its owner
+  // (TxnBinding::detach) and its view. EINVAL: a bad gid; EEXIST: gid is prepared here
+  // already; EIO: the round failed and it was rolled back. resolve() (root only) commits
+  // or rolls back the prepared transaction `gid`: ENOENT if there is none (resolved
+  // already); a commit that cannot be made durable answers EIO and leaves it prepared --
+  // once decided, a commit is never turned into a rollback.
+  int prepare(uid_t uid, uint64_t id, const std::string &gid);
+  int resolve(uid_t uid, const std::string &gid, bool commit);
+  struct Prepared {
+    uint64_t id;
+    std::string gid;
+    std::chrono::system_clock::time_point since;
+  };
+  std::vector<Prepared> prepared() EXCLUDES(binding_.mu_);
+  static bool valid_gid(const std::string &gid);
   int info(uid_t uid, uint64_t id, struct txnfs_info *out);
   int set_lock_timeout(uid_t uid, uint64_t id, uint32_t ms);
   // The transaction `id` if `uid` may use it (else null and *err: ENOENT, EPERM).
@@ -126,6 +143,9 @@ class TxnManager {
     return ms >= 0 ? std::chrono::milliseconds(ms) : limits.lock_timeout;
   }
   std::string status_json();
+  // The counters in the Prometheus text format (status.cc): commits, aborts, prepared
+  // transactions, lock waits, and a histogram of commit latency.
+  std::string metrics_text() EXCLUDES(binding_.mu_);
 
   // Request accounting: a request of `t` starts/ends. enter() fails with the error
   // that ended the transaction's usefulness (EDEADLK for abort-only, ENOENT once
@@ -199,7 +219,14 @@ class TxnManager {
   static constexpr std::chrono::milliseconds kForgetDelay{100};
 
   std::atomic<uint64_t> commits_{0}, aborts_{0}, owner_exits_{0}, lazy_commits_{0},
-      lazy_commits_here_{0};
+      lazy_commits_here_{0}, prepares_{0}, resolved_commits_{0}, resolved_aborts_{0};
+  // Commit latency (commit(): from the call to the outcome), a cumulative histogram:
+  // commit_le_[k] counts commits that took at most kCommitBuckets[k] seconds.
+  static constexpr double kCommitBuckets[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
+                                              0.05,   0.1,   0.25,  0.5,   1.0,  2.5};
+  std::atomic<uint64_t> commit_le_[std::size(kCommitBuckets)] = {};
+  std::atomic<uint64_t> commit_count_{0}, commit_us_sum_{0};
+  void count_commit(std::chrono::steady_clock::duration took);
 };
 
 }  // namespace txnfs

@@ -90,10 +90,32 @@ int TxnBinding::bind(const TxnPtr &t) {
   return 0;
 }
 
+int TxnBinding::detach(Txn &t, const std::string &gid) {
+  MutexLock g(mu_);
+  if (!by_gid_.emplace(gid, by_id_.at(t.id())).second) return EEXIST;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, t.pidfd, nullptr);
+  auto &m = t.process_bound() ? by_process_ : by_thread_;
+  if (auto it = m.find(t.pid); it != m.end() && it->second.get() == &t) m.erase(it);
+  if (t.process_bound()) {
+    ++epoch_;
+    proc_cache_.clear();
+  }
+  return 0;
+}
+
+TxnPtr TxnBinding::find_prepared(const std::string &gid) {
+  MutexLock g(mu_);
+  auto it = by_gid_.find(gid);
+  return it == by_gid_.end() ? nullptr : it->second;
+}
+
 void TxnBinding::unbind(Txn &t) {
   {
     MutexLock g(mu_);
     by_id_.erase(t.id());
+    if (!t.gid.empty())
+      if (auto it = by_gid_.find(t.gid); it != by_gid_.end() && it->second.get() == &t)
+        by_gid_.erase(it);
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, t.pidfd, nullptr);
     auto &m = t.process_bound() ? by_process_ : by_thread_;
     if (auto it = m.find(t.pid); it != m.end() && it->second.get() == &t) m.erase(it);

@@ -9,10 +9,12 @@
 //
 // Invariants (all under mu_, rank 10 in src/sync/lock_order.h: the first mutex a
 // request may take; nothing of the transaction core is held while it is taken):
-//   - a transaction is in by_id_, and in by_thread_ (by its thread) or by_process_ (by
-//     its process) but not both, from bind() to unbind(); an owner binds one transaction;
-//   - its owner's pidfd is in the reaper's epoll set (data: the transaction's id) for
-//     exactly that time, so beginning and ending a transaction wake no thread;
+//   - a transaction is in by_id_ from bind() to unbind(), and in by_thread_ (by its
+//     thread) or by_process_ (by its process) but not both, from bind() to detach() or
+//     unbind(); a prepared one (detached) is in by_gid_ instead; an owner binds one
+//     transaction;
+//   - its owner's pidfd is in the reaper's epoll set (data: the transaction's id) while
+//     it is bound to the owner, so beginning and ending a transaction wake no thread;
 //   - a proc_cache_ entry is an answer only while its epoch is epoch_, which bumps
 //     whenever the set of process-bound transactions changes: a cached answer is never
 //     stale;
@@ -23,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -58,6 +61,12 @@ class TxnBinding {
   // the watch.
   int bind(const TxnPtr &t) EXCLUDES(mu_);
   void unbind(Txn &t) EXCLUDES(mu_);
+  // A prepared transaction (TxnManager::prepare) leaves its owner: no request belongs to
+  // it any more and the reaper stops watching the owner, but it stays open (find(),
+  // for_each(), any_open()) and can be found by its global id until unbind(). EEXIST:
+  // another prepared transaction has that id.
+  int detach(Txn &t, const std::string &gid) EXCLUDES(mu_);
+  TxnPtr find_prepared(const std::string &gid) EXCLUDES(mu_);
   // Calls fn(const TxnPtr &) for every bound transaction, under mu_ (fn takes no
   // mutex of the transaction core).
   template <class F>
@@ -74,6 +83,7 @@ class TxnBinding {
   std::unordered_map<uint64_t, TxnPtr> by_id_ GUARDED_BY(mu_);
   std::unordered_map<pid_t, TxnPtr> by_thread_ GUARDED_BY(mu_);   // thread-bound
   std::unordered_map<pid_t, TxnPtr> by_process_ GUARDED_BY(mu_);  // process-bound, by pid
+  std::unordered_map<std::string, TxnPtr> by_gid_ GUARDED_BY(mu_);  // prepared, by global id
   // tid -> (epoch, txn)
   std::unordered_map<pid_t, std::pair<uint64_t, TxnPtr>> proc_cache_ GUARDED_BY(mu_);
   uint64_t epoch_ GUARDED_BY(mu_) = 0;  // bumps when the set of process-bound transactions changes
