@@ -30,6 +30,19 @@
 // sends those again (docs/crash-model.md, Lazy commit, NFS clients). Every other
 // transaction is durable before its reply.
 //
+// Two-phase commit (docs/cluster.md), with `cluster` configured; P is tag_prefix:
+//   P-prepare:GID   a transaction as above, except that at its end, if every operation
+//                   succeeded, it is prepared under the global id GID (txnfs_prepare)
+//                   instead of committed: NFS4_OK means prepared. If it cannot be, it is
+//                   rolled back and the reply collapses into NFS4ERR_DELAY.
+//   P-commit:GID,   no transaction: before the COMPOUND runs (plain), the bridge reads
+//   P-abort:GID     the decision for GID from etcd and, if it is the one the tag names,
+//                   resolves the prepared transaction GID with it (txnfs_resolve; one
+//                   that is not there any more was resolved already). So a client can
+//                   only hasten what etcd decided, never decide. No decision, or another
+//                   one: NFS4ERR_SERVERFAULT; etcd unreachable or a commit that failed
+//                   (it stays prepared): NFS4ERR_DELAY, and the node resolves it itself.
+//
 // State: the open transaction lives in a thread_local. Ganesha runs one COMPOUND at a
 // time on a worker thread and calls begin and end for it on that thread (the patch
 // stops the server rather than let a transactional COMPOUND resume elsewhere), so the
@@ -39,6 +52,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,6 +63,9 @@
 #include "compound_bridge/bridge/config.h"
 #include "compound_bridge/bridge/lock_plan.h"
 #include "compound_bridge/bridge/log.h"
+#include "cluster/cluster_conf.h"
+#include "cluster/decisions.h"
+#include "cluster/etcd.h"
 #include "compound_bridge/txnfs_bridge.h"
 #include "txnfs/txnfs.h"
 
@@ -65,8 +82,13 @@ uint64_t root_nodeid = 0;  // the export root's FUSE nodeid (PUTROOTFH), 0: unkn
 // the export open anyway, so the fd keeps nothing mounted that would not be.
 int control_fd = -1;
 
+// With `cluster` configured: etcd and the decisions kept there (thread-safe).
+std::unique_ptr<cluster::Etcd> etcd;
+std::unique_ptr<cluster::Decisions> decisions;
+
 struct OpenTxn {
   txnfs_id_t id;
+  std::string gid;            // P-prepare:GID: prepared at the end instead of committed
   uint32_t minorversion;
   std::string tag;            // for log lines only
   bool complete_set = false;  // every lock it takes was predeclared and granted at begin
@@ -172,6 +194,58 @@ uint32_t predeclared(OpenTxn &t, const LockPlan &plan, int rc) {
   return 0;
 }
 
+// The two-phase-commit tags: which one TAG is (its GID in *gid), or kNone.
+enum class TwoPc { kNone, kPrepare, kCommit, kAbort };
+TwoPc two_pc(std::string_view tag, std::string *gid) {
+  if (!tag.starts_with(config.tag_prefix)) return TwoPc::kNone;
+  std::string_view rest = tag.substr(config.tag_prefix.size());
+  for (auto [word, kind] : {std::pair{"-prepare:", TwoPc::kPrepare},
+                            std::pair{"-commit:", TwoPc::kCommit},
+                            std::pair{"-abort:", TwoPc::kAbort}})
+    if (rest.starts_with(word)) {
+      *gid = rest.substr(std::string_view(word).size());
+      return kind;
+    }
+  return TwoPc::kNone;
+}
+
+// P-commit:GID and P-abort:GID: resolves the prepared transaction GID as etcd's decision
+// says, if that is what the tag names. RUN (the COMPOUND then runs plain) or REFUSE.
+txnfs_bridge_verdict resolve(TwoPc kind, const std::string &gid, std::string_view tag) {
+  bool commit = kind == TwoPc::kCommit;
+  if (!decisions) {
+    logger.line("error: COMPOUND tag '{}': two-phase commit needs `cluster` in the bridge's "
+                "configuration; answering NFS4ERR_SERVERFAULT",
+                shown(tag));
+    return verdict(TXNFS_BRIDGE_REFUSE, TXNFS_BRIDGE_NFS4ERR_SERVERFAULT);
+  }
+  cluster::Decision d = cluster::Decision::kNone;
+  std::string why;
+  if (int err = decisions->read(gid, &d, &why)) {
+    logger.line("error: {} of {}: cannot read its decision from etcd ({}); answering "
+                "NFS4ERR_DELAY (the node resolves it itself)",
+                commit ? "commit" : "abort", gid, why);
+    (void)err;
+    return verdict(TXNFS_BRIDGE_REFUSE, TXNFS_BRIDGE_NFS4ERR_DELAY);
+  }
+  if (d != (commit ? cluster::Decision::kCommit : cluster::Decision::kAbort)) {
+    logger.line("error: COMPOUND tag '{}' asks to {} {}, but etcd's decision is {}; "
+                "answering NFS4ERR_SERVERFAULT",
+                shown(tag), commit ? "commit" : "abort", gid, cluster::name(d));
+    return verdict(TXNFS_BRIDGE_REFUSE, TXNFS_BRIDGE_NFS4ERR_SERVERFAULT);
+  }
+  int rc = txnfs_resolve_fd(control_fd, gid.c_str(), commit);
+  if (rc != 0 && rc != -ENOENT) {
+    logger.line("error: {} of prepared transaction {} failed: {}; answering NFS4ERR_DELAY",
+                commit ? "commit" : "abort", gid, std::strerror(-rc));
+    return verdict(TXNFS_BRIDGE_REFUSE, TXNFS_BRIDGE_NFS4ERR_DELAY);
+  }
+  if (config.verbose)
+    logger.line("prepared transaction {}: {}", gid,
+                rc == -ENOENT ? "resolved already" : commit ? "committed" : "rolled back");
+  return verdict(TXNFS_BRIDGE_RUN);
+}
+
 txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_len,
                            const txnfs_bridge_op *ops, uint32_t ops_len) {
   std::string_view tag_view = tag_len ? std::string_view(tag, tag_len) : std::string_view{};
@@ -180,9 +254,26 @@ txnfs_bridge_verdict begin(uint32_t minorversion, const char *tag, uint32_t tag_
     abort_txn(*current);
     current.reset();
   }
+  std::string gid;
+  TwoPc kind = two_pc(tag_view, &gid);
+  if (kind != TwoPc::kNone && !cluster::valid_gid(gid)) {
+    logger.line("error: COMPOUND tag '{}': a global id is 1 to 64 of [A-Za-z0-9._-]; "
+                "answering NFS4ERR_SERVERFAULT without running it", shown(tag_view));
+    return verdict(TXNFS_BRIDGE_REFUSE, TXNFS_BRIDGE_NFS4ERR_SERVERFAULT);
+  }
+  if (kind == TwoPc::kCommit || kind == TwoPc::kAbort) return resolve(kind, gid, tag_view);
+  if (kind == TwoPc::kPrepare && !decisions) {
+    logger.line("error: COMPOUND tag '{}': two-phase commit needs `cluster` in the bridge's "
+                "configuration; answering NFS4ERR_SERVERFAULT without running it",
+                shown(tag_view));
+    return verdict(TXNFS_BRIDGE_REFUSE, TXNFS_BRIDGE_NFS4ERR_SERVERFAULT);
+  }
   if (!config.transactional(tag_view)) return verdict(TXNFS_BRIDGE_RUN);
-  OpenTxn t{
-      .id = 0, .minorversion = minorversion, .tag = shown(tag_view), .lazy = config.lazy(tag_view)};
+  OpenTxn t{.id = 0,
+            .gid = gid,
+            .minorversion = minorversion,
+            .tag = shown(tag_view),
+            .lazy = kind == TwoPc::kNone && config.lazy(tag_view)};
   // begin, this transaction's lock timeout and its lock set in one request
   LockPlan plan;
   if (config.lock_set_timeout_ms != 0 && ops != nullptr)
@@ -233,6 +324,17 @@ txnfs_bridge_verdict end(uint32_t status, int replay) {
     if (config.verbose) logger.line("{}: slot-cache replay, nothing ran; aborted", describe(t));
     return verdict(TXNFS_BRIDGE_KEEP);
   }
+  if (status == TXNFS_BRIDGE_NFS4_OK && !t.gid.empty()) {
+    int rc = txnfs_prepare_fd(control_fd, t.id, t.gid.c_str());
+    if (rc == 0) {
+      if (config.verbose) logger.line("{}: prepared as {}", describe(t), t.gid);
+      return verdict(TXNFS_BRIDGE_KEEP);
+    }
+    logger.line("error: prepare of {} as {} failed: {}; aborting it, answering NFS4ERR_DELAY",
+                describe(t), t.gid, std::strerror(-rc));
+    abort_txn(t);
+    return verdict(TXNFS_BRIDGE_COLLAPSE, TXNFS_BRIDGE_NFS4ERR_DELAY);
+  }
   if (status == TXNFS_BRIDGE_NFS4_OK) {
     // A lazy COMPOUND's reply comes before it is durable; a WRITE with FILE_SYNC4 or a
     // COMMIT inside it (an fsync) makes the commit durable after all.
@@ -275,6 +377,12 @@ std::string start() {
   if (!c) return error;
   config = std::move(*c);
   if (!logger.open(config.log, &error)) return error;
+  if (!config.cluster.empty()) {
+    std::optional<cluster::ClusterConf> cc = cluster::load_cluster_conf(config.cluster, &error);
+    if (!cc) return error;
+    etcd = std::make_unique<cluster::Etcd>(cc->etcd, cc->etcd_timeout);
+    decisions = std::make_unique<cluster::Decisions>(*etcd, cc->cluster);
+  }
   root_nodeid = nodeid_at(AT_FDCWD, config.mount.c_str());
   control_fd = open(config.mount.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (control_fd < 0) return config.mount + ": " + std::strerror(errno);

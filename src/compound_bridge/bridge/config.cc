@@ -66,6 +66,9 @@ std::optional<Config> parse_config(std::string_view text, std::string *error) {
         return fail(std::string(key) + " must be a number of milliseconds from 0 to 60000, not `" +
                     std::string(value) + "`");
       (key == "lock_timeout_ms" ? c.lock_timeout_ms : c.lock_set_timeout_ms) = ms;
+    } else if (key == "cluster") {
+      if (value.empty() || value[0] != '/') return fail("cluster must be an absolute path");
+      c.cluster = value;
     } else if (key == "log") {
       if (value.empty() || value[0] != '/') return fail("log must be an absolute path");
       c.log = value;

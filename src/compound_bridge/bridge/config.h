@@ -22,6 +22,9 @@
 //                        holding no lock of Ganesha or the kernel, and none of txnfs,
 //                        so a long wait deadlocks nothing; then NFS4ERR_DELAY with no
 //                        operation run (0..60000; 0: predeclare nothing).
+//   cluster = /path      the node's cluster configuration (docs/cluster.md): turns on the
+//                        two-phase-commit tags PREFIX-prepare:GID, PREFIX-commit:GID and
+//                        PREFIX-abort:GID (bridge.cc); without it they are refused.
 //
 // Unknown keys, repeated keys and malformed values are errors: a typo must not silently
 // turn transactions off.
@@ -42,6 +45,7 @@ struct Config {
   bool verbose = false;
   uint32_t lock_timeout_ms = 250;
   uint32_t lock_set_timeout_ms = 20000;
+  std::string cluster;  // empty: no two-phase commit
 
   // Whether a COMPOUND with this tag runs as a transaction.
   bool transactional(std::string_view tag) const {

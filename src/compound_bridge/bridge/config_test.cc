@@ -27,12 +27,13 @@ TEST_CASE("bridge config: defaults and every key", "[bridge]") {
   CHECK(c->tag_prefix == "txn");
   CHECK_FALSE(c->all_compounds);
   CHECK(c->log.empty());
+  CHECK(c->cluster.empty());
   CHECK_FALSE(c->verbose);
   CHECK(c->lock_timeout_ms == 250);
 
   c = parse_config(
       " mount=/m  # the export\ntag_prefix = tx:\r\nall_compounds = yes\n"
-      "log = /var/log/b.log\nverbose = true\nlock_timeout_ms = 0",
+      "log = /var/log/b.log\nverbose = true\nlock_timeout_ms = 0\ncluster = /etc/txnfs/n1.conf",
       &error);
   REQUIRE(c);
   CHECK(c->mount == "/m");
@@ -41,6 +42,7 @@ TEST_CASE("bridge config: defaults and every key", "[bridge]") {
   CHECK(c->log == "/var/log/b.log");
   CHECK(c->verbose);
   CHECK(c->lock_timeout_ms == 0);
+  CHECK(c->cluster == "/etc/txnfs/n1.conf");
 }
 
 TEST_CASE("bridge config: which tags are transactional", "[bridge]") {
@@ -90,6 +92,7 @@ TEST_CASE("bridge config: errors name the line", "[bridge]") {
   CHECK(error_of("mount = /m\ntag_prefix =\n") ==
         "line 2: tag_prefix must not be empty (use all_compounds = yes)");
   CHECK(error_of("mount = /m\nlog = b.log\n") == "line 2: log must be an absolute path");
+  CHECK(error_of("mount = /m\ncluster = n1.conf\n") == "line 2: cluster must be an absolute path");
   CHECK(error_of("mount = /m\nlock_timeout_ms = 1s\n") ==
         "line 2: lock_timeout_ms must be a number of milliseconds from 0 to 60000, not `1s`");
   CHECK(error_of("mount = /m\nlock_timeout_ms = 60001\n") ==
