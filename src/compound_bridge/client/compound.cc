@@ -6,7 +6,8 @@
 //    so request_bytes() is the size of the call without building it.
 //  - every pointer in args points into strings/handles (deques: stable addresses) or at
 //    caller data that the API says must outlive execute().
-//  - planned[i] owns args[first, first+count); the ranges are consecutive, starting at 1.
+//  - planned[i] owns args[first, first+count); with the checks' ranges (checks[j]:
+//    args[first, components.back().end)) they are consecutive, starting at 1.
 #include <deque>
 #include <functional>
 
@@ -141,12 +142,32 @@ struct Compound::Impl {
     push(op);
   }
 
+  // A check_referrals() walk: args[first, components.back().end). components[i] ends
+  // with the GETFH of the path's first i+1 components, `dir`.
+  struct Check {
+    struct Component {
+      size_t end;
+      std::string dir;
+    };
+    size_t first = 0;
+    std::vector<Component> components;
+    // The directory where a failure at args[index] stopped the walk: the component
+    // whose LOOKUP or GETFH it was, "/" for the PUTROOTFH (or PUTFH) and export LOOKUPs.
+    std::string dir_at(size_t index) const {
+      for (const Component &c : components) {
+        if (index < c.end) return index + 2 >= c.end ? c.dir : std::string("/");
+      }
+      return "/";
+    }
+  };
+
   Session *session;
   std::vector<nfs_argop4> args;     // [0]: SEQUENCE, filled in by execute()
   size_t args_bytes = 0;            // what args encode to
   std::deque<std::string> strings;  // bytes args point to
   std::deque<std::vector<uint8_t>> handles;
   std::vector<Planned> planned;
+  std::vector<Check> checks;
 };
 
 namespace {
@@ -384,6 +405,29 @@ void Compound::add(const Operation &op) {
   }
 }
 
+void Compound::check_referrals(std::string_view dir) {
+  Target t = parse_target(dir);
+  if (t.components.empty()) return;
+  Impl &m = *impl_;
+  Impl::Check check{m.args.size(), {}};
+  size_t bytes_before = m.args_bytes;
+  try {
+    m.go_to(t, 0);
+    std::string prefix = t.fh.empty() ? "" : "fh:" + to_hex(t.fh);
+    for (const std::string &name : t.components) {
+      prefix += "/" + name;
+      m.lookup(name);
+      m.push(xdr::op_of(NFS4_OP_GETFH));  // NFS4ERR_MOVED on a referral
+      check.components.push_back({m.args.size(), prefix});
+    }
+  } catch (...) {
+    m.args.resize(check.first);
+    m.args_bytes = bytes_before;
+    throw;
+  }
+  m.checks.push_back(std::move(check));
+}
+
 size_t Compound::size() const { return impl_->planned.size(); }
 
 size_t Compound::nfs_ops() const { return impl_->args.size(); }
@@ -475,6 +519,13 @@ CompoundResult Compound::execute(std::string_view tag) {
   const bool failed = reply.status != NFS4_OK;
   const size_t failed_index = failed && n > 0 ? n - 1 : n;
   if (failed && n > 0) r.failed_at = describe_op(m.args[failed_index]);
+  if (failed && n > 0) {
+    for (const Impl::Check &c : m.checks) {
+      if (failed_index >= c.first && failed_index < c.components.back().end) {
+        r.check_dir = c.dir_at(failed_index);
+      }
+    }
+  }
   if (failed) {
     for (size_t i = 1; i < failed_index; i++) {
       r.changed_before_failure = r.changed_before_failure || changes_files(m.args[i]);

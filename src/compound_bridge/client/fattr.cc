@@ -71,6 +71,37 @@ struct Reader {
     in.remove_prefix(padded);
     return s;
   }
+  // pathname4: its components, joined as "/a/b" ("/" for none).
+  std::string pathname() {
+    uint32_t n = u32();
+    if (!ok || n > in.size() / 4) {
+      ok = false;
+      return {};
+    }
+    std::string path;
+    for (uint32_t i = 0; i < n && ok; i++) path += "/" + str();
+    return path.empty() ? "/" : path;
+  }
+  // fs_locations4: fs_root, then each fs_location4 (servers, rootpath).
+  std::vector<FsLocation> fs_locations() {
+    pathname();  // fs_root: the referral's own path on this server
+    uint32_t n = u32();
+    if (!ok || n > in.size() / 8) {
+      ok = false;
+      return {};
+    }
+    std::vector<FsLocation> locations(n);
+    for (FsLocation &l : locations) {
+      uint32_t servers = u32();
+      if (!ok || servers > in.size() / 4) {
+        ok = false;
+        return {};
+      }
+      for (uint32_t i = 0; i < servers && ok; i++) l.servers.push_back(str());
+      l.rootpath = pathname();
+    }
+    return locations;
+  }
   Time time() {
     Time t;
     t.sec = static_cast<int64_t>(u64());
@@ -120,6 +151,8 @@ bitmap4 file_attrs_request() {
 
 bitmap4 io_limits_request() { return mask_of({FATTR4_MAXREAD, FATTR4_MAXWRITE}); }
 
+bitmap4 fs_locations_request() { return mask_of({FATTR4_FS_LOCATIONS}); }
+
 std::optional<AttrValues> decode_attrs(const bitmap4 &mask, std::string_view values) {
   AttrValues v;
   Reader r{values};
@@ -137,6 +170,9 @@ std::optional<AttrValues> decode_attrs(const bitmap4 &mask, std::string_view val
         break;
       case FATTR4_FILEID:
         v.file.fileid = r.u64();
+        break;
+      case FATTR4_FS_LOCATIONS:
+        v.fs_locations = r.fs_locations();
         break;
       case FATTR4_MAXREAD:
         v.max_read = r.u64();

@@ -51,6 +51,7 @@ class CallRefused : public Error {
 inline constexpr uint32_t kNfs4Ok = 0;
 inline constexpr uint32_t kNfs4ErrDelay = 10008;
 inline constexpr uint32_t kNfs4ErrResource = 10018;
+inline constexpr uint32_t kNfs4ErrMoved = 10019;
 inline constexpr uint32_t kNfs4ErrTooManyOps = 10070;
 
 // "NFS4ERR_NOENT" for 2, "NFS4_OK" for 0, "NFS4ERR_<number>" for unknown values.
@@ -77,6 +78,14 @@ struct SessionLimits {
   uint64_t max_write = 0;
 };
 
+// Where a referral's file system lives (one fs_location4 of FATTR4_FS_LOCATIONS).
+struct FsLocation {
+  std::vector<std::string> servers;  // host names or addresses, as the server sent them
+  std::string rootpath;              // its path on those servers ("/b"), pseudo file system
+};
+
+struct CompoundResult;
+
 class Client {
  public:
   // Connects, then EXCHANGE_ID, CREATE_SESSION, RECLAIM_COMPLETE, and looks up the export.
@@ -91,6 +100,16 @@ class Client {
 
   const ClientOptions &options() const;
   const SessionLimits &limits() const;
+
+  // The fs_locations of the directory DIR (a path as Compound takes them): where it
+  // lives when it is a referral (Ganesha answers NFS4ERR_MOVED for it), empty when it is
+  // not. One COMPOUND: PUTROOTFH, LOOKUPs, GETATTR(fs_locations). Throws Error when
+  // that COMPOUND fails.
+  std::vector<FsLocation> fs_locations(std::string_view dir);
+
+  // Sends a COMPOUND of just SEQUENCE and PUTROOTFH with TAG: a message carried by the
+  // tag alone, e.g. the bridge's "txn-commit:GID" and "txn-abort:GID".
+  CompoundResult tag_only(std::string_view tag);
 
   struct Impl;
 
@@ -197,6 +216,13 @@ struct CompoundResult {
   // False when SEQUENCE itself failed, or only lookups and reads ran before the failure:
   // then sending the COMPOUND again (e.g. after NFS4ERR_DELAY) cannot apply anything twice.
   bool changed_before_failure = false;
+  // The COMPOUND stopped inside a Compound::check_referrals() walk (so before every
+  // operation added after it): the directory where it stopped, "/a/b" (the prefix of the
+  // checked path through the component whose LOOKUP or GETFH failed; "/" for the
+  // export's root). With status NFS4ERR_MOVED that directory is a referral
+  // (Client::fs_locations says where it lives); with another status it does not exist
+  // or is no directory.
+  std::string check_dir;
   bool ok() const { return status == kNfs4Ok; }
   // NFS4ERR_DELAY, and sending the same COMPOUND again cannot apply anything twice:
   // nothing before the delay changed files, or the tag asked for a transaction (tags
@@ -258,6 +284,13 @@ class Compound {
   void getfh(std::string_view path);
   // Any of the above, described by OP. OP.data must stay valid as write()'s DATA.
   void add(const Operation &op);
+
+  // Not an operation: a walk that stops the COMPOUND with NFS4ERR_MOVED when DIR or a
+  // directory on its way is a referral (PUTROOTFH, then LOOKUP and GETFH per component:
+  // GETFH answers NFS4ERR_MOVED on a referral, LOOKUP does not). Operations added after
+  // it then do not run; CompoundResult::check_dir names the directory. Not counted by
+  // size(); its NFS operations are counted by nfs_ops(). Nothing for "/".
+  void check_referrals(std::string_view dir);
 
   size_t size() const;     // operations added
   size_t nfs_ops() const;  // NFS operations, SEQUENCE included

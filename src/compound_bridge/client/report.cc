@@ -97,23 +97,31 @@ std::string op_line(const OpResult &op) {
   return line;
 }
 
-void print_text(std::ostream &out, const CompoundResult &r, const RunInfo &info) {
+void print_ops(std::ostream &out, const CompoundResult &r) {
   for (const OpResult &op : r.ops) {
     out << op_line(op) << '\n';
     if (op.state == OpResult::State::kOk) {
       for (const std::string &name : op.names) out << "  " << name << '\n';
     }
   }
-  std::string status = status_name(r.status);
-  if (!r.failed_at.empty()) status += " at " + r.failed_at;
-  out << fmt::format(
-      "compound {}: tag={} ops={} nfs_ops={} request_bytes={} reply_bytes={} retries={} "
-      "time={:.3f}ms\n",
-      status, r.tag.empty() ? "''" : r.tag, r.ops.size(), r.nfs_ops, r.request_bytes, r.reply_bytes,
-      info.retries, info.elapsed_ms);
 }
 
-nlohmann::ordered_json to_json(const CompoundResult &r, const RunInfo &info) {
+std::string compound_line(const CompoundResult &r, const RunInfo &info, const std::string &where) {
+  std::string status = status_name(r.status);
+  if (!r.failed_at.empty()) status += " at " + r.failed_at;
+  return fmt::format(
+      "compound {}: {}tag={} ops={} nfs_ops={} request_bytes={} reply_bytes={} retries={} "
+      "time={:.3f}ms",
+      status, where.empty() ? "" : where + " ", r.tag.empty() ? "''" : r.tag, r.ops.size(),
+      r.nfs_ops, r.request_bytes, r.reply_bytes, info.retries, info.elapsed_ms);
+}
+
+void print_text(std::ostream &out, const CompoundResult &r, const RunInfo &info) {
+  print_ops(out, r);
+  out << compound_line(r, info) << '\n';
+}
+
+nlohmann::ordered_json ops_json(const CompoundResult &r) {
   nlohmann::ordered_json ops = nlohmann::ordered_json::array();
   for (const OpResult &op : r.ops) {
     nlohmann::ordered_json j = {{"op", op_name(op.kind)}, {"path", op.path}};
@@ -148,9 +156,13 @@ nlohmann::ordered_json to_json(const CompoundResult &r, const RunInfo &info) {
     }
     ops.push_back(std::move(j));
   }
+  return ops;
+}
+
+nlohmann::ordered_json to_json(const CompoundResult &r, const RunInfo &info) {
   nlohmann::ordered_json j = {{"status", status_name(r.status)},
                               {"tag", r.tag},
-                              {"ops", ops},
+                              {"ops", ops_json(r)},
                               {"nfs_ops", r.nfs_ops},
                               {"nfs_results", r.nfs_results},
                               {"request_bytes", r.request_bytes},

@@ -29,7 +29,16 @@ std::string incomplete(const OpResult &op, bool whole_file);
 
 // The line of one operation (a readdir's names follow on lines of their own).
 std::string op_line(const OpResult &op);
+// Each operation's line (and a readdir's names).
+void print_ops(std::ostream &out, const CompoundResult &r);
+// "compound NFS4_OK: tag=txn ops=3 ..."; WHERE (e.g. "node=n1 host=127.31.7.1") goes
+// before tag= when not empty.
+std::string compound_line(const CompoundResult &r, const RunInfo &info,
+                          const std::string &where = "");
+// print_ops, then compound_line.
 void print_text(std::ostream &out, const CompoundResult &r, const RunInfo &info);
+// Each operation as to_json() lists it.
+nlohmann::ordered_json ops_json(const CompoundResult &r);
 nlohmann::ordered_json to_json(const CompoundResult &r, const RunInfo &info);
 
 // Why a COMPOUND does not fit, and how much of it would; OPS is its operation count.
