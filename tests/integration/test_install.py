@@ -55,7 +55,8 @@ def test_install_puts_every_piece_in_place(staged):
     lib = Path(str(dest) + libdir)
     for f in ["bin/txnfs", "bin/txnfs-nfs", "include/txnfs/txnfs.h", "share/txnfs/schema.sql",
               "share/txnfs/ganesha.conf", "share/txnfs/txnfs.env.example",
-              "lib/systemd/system/txnfs@.service", "lib/systemd/system/txnfs-ganesha@.service"]:
+              "lib/systemd/system/txnfs@.service", "lib/systemd/system/txnfs-ganesha@.service",
+              "lib/systemd/system/txnfs-node@.service", "share/txnfs/etcd/etcd.conf.yml"]:
         assert (root / f).is_file(), f"{prefix}/{f} not installed"
     for f in ["libtxnfs.so", "libtxnfs.so.0", "libtxnfs_bridge.so", "pkgconfig/libtxnfs.pc",
               "txnfs/libfuse3.so.4"]:
@@ -165,7 +166,7 @@ def test_systemd_units_verify_clean_and_order_store_txnfs_ganesha(staged):
     d = units.parent / "verify"
     d.mkdir(exist_ok=True)
     names = []
-    for tmpl in ("txnfs@.service", "txnfs-ganesha@.service"):
+    for tmpl in ("txnfs@.service", "txnfs-ganesha@.service", "txnfs-node@.service"):
         shutil.copy(units / tmpl, d / tmpl)
         name = tmpl.replace("@.", f"@{inst}.")
         link = d / name

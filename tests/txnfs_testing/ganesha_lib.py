@@ -51,8 +51,9 @@ def bridge_lib() -> str:
     return env if env else str(REPO / "build" / "src" / "compound_bridge" / "libtxnfs_bridge.so")
 
 
-def render_config(port: int, export_path, work) -> str:
-    text = (TEMPLATE.read_text().replace("@PORT@", str(port))
+def render_config(port: int, export_path, work, addr: str = "127.0.0.1") -> str:
+    """contrib/ganesha.conf for a server on addr:port exporting export_path."""
+    text = (TEMPLATE.read_text().replace("@PORT@", str(port)).replace("@ADDR@", addr)
             .replace("@EXPORT_PATH@", str(export_path)).replace("@WORK@", str(work)))
     assert "@" not in "".join(l.split("#")[0] for l in text.splitlines()), \
         "contrib/ganesha.conf has a placeholder this helper does not fill in"
