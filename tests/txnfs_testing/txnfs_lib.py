@@ -801,9 +801,11 @@ def libtxnfs():
         lib.txnfs_set_lock_timeout.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32]
         lib.txnfs_commit2.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint]
         lib.txnfs_sync.argtypes = [ctypes.c_char_p]
+        lib.txnfs_prepare.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p]
+        lib.txnfs_resolve.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
         for f in (lib.txnfs_begin, lib.txnfs_commit, lib.txnfs_abort, lib.txnfs_info,
                   lib.txnfs_status_json, lib.txnfs_set_lock_timeout, lib.txnfs_commit2,
-                  lib.txnfs_sync):
+                  lib.txnfs_sync, lib.txnfs_prepare, lib.txnfs_resolve):
             f.restype = ctypes.c_int
         _libtxnfs = lib
     return _libtxnfs
@@ -959,6 +961,32 @@ def txn_sync(mount) -> int:
 
 def txn_abort(mount, tid) -> int:
     return libtxnfs().txnfs_abort(os.fsencode(str(mount)), tid)
+
+
+def txn_prepare(mount, tid, gid: str) -> int:
+    """0 or -errno: the first phase of a two-phase commit (docs/cluster.md)."""
+    return libtxnfs().txnfs_prepare(os.fsencode(str(mount)), tid, gid.encode())
+
+
+def txn_resolve(mount, gid: str, commit: bool) -> int:
+    """0 or -errno: commits or rolls back the prepared transaction `gid` (root only)."""
+    return libtxnfs().txnfs_resolve(os.fsencode(str(mount)), gid.encode(), int(commit))
+
+
+def txn_commit_2pc(mount, tid) -> int:
+    """Commits through both phases: prepared, then resolved as committed. What
+    txn_commit answers, for a transaction that cannot prepare."""
+    gid = f"t{os.getpid()}-{tid}"
+    rc = txn_prepare(mount, tid, gid)
+    return rc if rc else txn_resolve(mount, gid, True)
+
+
+def txn_abort_2pc(mount, tid) -> int:
+    """Rolls back after the first phase: prepared, then resolved as aborted (a
+    transaction that cannot prepare is aborted as txn_abort does)."""
+    gid = f"t{os.getpid()}-{tid}"
+    rc = txn_prepare(mount, tid, gid)
+    return txn_abort(mount, tid) if rc else txn_resolve(mount, gid, False)
 
 
 def txn_set_lock_timeout(mount, tid, ms) -> int:

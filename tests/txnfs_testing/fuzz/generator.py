@@ -228,6 +228,10 @@ def gen_case(seed: int, oracle: str, procs: int, nops: int) -> dict:
         case["begin"] = BEGINS[seed // 2 % len(BEGINS)]
         # half the seeds (lazy and durable commits alike) with a plain Observer
         case["observer"] = seed // 2 % 2 == 0
+    if oracle in ("abort", "commit") and not case.get("lazy"):
+        # a durable end in three goes through both phases of a two-phase commit: prepared
+        # (durable, locks kept, its view ended), then resolved: the same results
+        case["two_phase"] = seed // 4 % 3 == 1
     if oracle in ("abort", "commit", "crash"):
         # two seeds in three work through the transaction's view (MNT/.txnfs/ID), the
         # third through the mount, bound by process id

@@ -229,7 +229,8 @@ class Fuzzer:
             if before_end:
                 before_end()
             if txn_bind and end:
-                fn = {"commit": tl.txn_commit, "commit-lazy": tl.txn_commit_lazy}.get(end, tl.txn_abort)
+                fn = {"commit": tl.txn_commit, "commit-lazy": tl.txn_commit_lazy,
+                      "commit-2pc": tl.txn_commit_2pc, "abort-2pc": tl.txn_abort_2pc}.get(end, tl.txn_abort)
                 end_rc = _with_deadline(lambda: fn(txn_bind, tid), self.deadline)
                 if end_rc == "stall":
                     bt = self._gdb()
@@ -238,6 +239,11 @@ class Fuzzer:
             return res, end_rc, tid
         finally:
             g.close()
+
+    def _count_two_phase(self, case):
+        if case.get("two_phase"):
+            k = f"{case['oracle']} oracle: ended through both phases (prepare, resolve)"
+            self.stats.crash[k] = self.stats.crash.get(k, 0) + 1
 
     def _count_observer(self, obs):
         if obs:
@@ -256,7 +262,8 @@ class Fuzzer:
         obs = (Observer(env.mnt, before, case["lists"], case.get("view", False))
                if case.get("observer") else None)
         try:
-            res, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt, "abort",
+            res, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt,
+                                         "abort-2pc" if case.get("two_phase") else "abort",
                                          begin=begin_of(case), view=case.get("view", False))
         finally:
             seen = obs.stop() if obs else None  # it watched the rollback too
@@ -265,6 +272,7 @@ class Fuzzer:
             raise Failure(oracle, "isolation", seen)
         if rc != 0:
             raise Failure(oracle, "abort-rc", f"txnfs_abort returned {rc} ({os.strerror(-rc)})")
+        self._count_two_phase(case)
         after = strip_atime(snap.snapshot(env.mnt))
         d = snap.diff(before, after)
         if d:
@@ -290,7 +298,8 @@ class Fuzzer:
         seen = []
         try:
             res_m, rc, _ = self._run_group(env.mnt, case["lists"], oracle, env.mnt if txn else None,
-                                           "commit-lazy" if case.get("lazy") else "commit",
+                                           "commit-lazy" if case.get("lazy")
+                                           else "commit-2pc" if case.get("two_phase") else "commit",
                                            begin=begin_of(case), view=case.get("view", False),
                                            before_end=obs and (lambda: seen.append(obs.stop())))
         finally:
@@ -303,6 +312,7 @@ class Fuzzer:
             raise Failure(oracle, "isolation", seen[0])
         if txn and rc != 0:
             raise Failure(oracle, "commit-rc", f"txnfs_commit returned {rc} ({os.strerror(-rc)})")
+        self._count_two_phase(case)
         if case.get("lazy"):
             self.stats.crash["commit oracle: lazy commits"] = \
                 self.stats.crash.get("commit oracle: lazy commits", 0) + 1
