@@ -272,6 +272,31 @@ def test_the_etcd_leader_stopped_during_a_batch_leaves_all_or_nothing(cluster):
     assert committed == (p.returncode == 0), p.stdout + p.stderr
 
 
+def test_status_and_metrics_show_the_node_and_etcd(cluster):
+    c = cluster
+    p = tl.txnfs("status", str(c.mnt(1)))
+    assert p.returncode == 0, tl.output_of(p)
+    assert f"cluster {c.cluster_name()}: node n1" in p.stdout
+    deadline = time.monotonic() + 10     # checked every 5 s
+    while "etcd: healthy (3 of 3 members answer" not in p.stdout:
+        assert time.monotonic() < deadline, p.stdout
+        time.sleep(0.5)
+        p = tl.txnfs("status", str(c.mnt(1)))
+    prom = c.dir / "n1" / "txnfs-n1.prom"
+    while not prom.exists():
+        assert time.monotonic() < deadline, f"{prom} was not written"
+        time.sleep(0.5)
+    values = {}
+    for line in prom.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)        # the Prometheus text format: NAME VALUE
+    assert values["txnfs_cluster_etcd_healthy"] == 1
+    assert values["txnfs_commits_total"] >= 1 and values["txnfs_prepares_total"] >= 1
+    assert values['txnfs_commit_seconds_bucket{le="+Inf"}'] == values["txnfs_commit_seconds_count"]
+    assert values["txnfs_prepared_transactions"] == 0
+
+
 def test_zz_every_node_is_clean_and_down_leaves_nothing(cluster):
     c = cluster
     c.wait_settled()
