@@ -278,11 +278,12 @@ def test_schema_2_store_is_upgraded_in_place(store, xfs):
                               f"{V2_VIEW}; PRAGMA user_version = 2;")
         con.close()
         m.mount()
-        assert store.query("PRAGMA user_version")[0]["user_version"] == 5
-        assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0]["value"] == "5"
+        assert store.query("PRAGMA user_version")[0]["user_version"] == 6
+        assert store.query("SELECT value FROM meta WHERE key = 'schema_version'")[0]["value"] == "6"
         assert store.query("SELECT * FROM undo_steps") == []
         assert store.query("SELECT * FROM damage") == []
         assert store.query("SELECT not_durable FROM lazy_commits") == [{"not_durable": 0}]
+        assert store.query("SELECT * FROM prepared_transactions") == []
         con = store.connect()
         cols = [d[0] for d in con.execute("SELECT * FROM open_transactions").description]
         con.close()
@@ -313,7 +314,7 @@ def test_schema_3_store_is_upgraded_in_place(store, xfs):
         else:
             p = store.fsck()
             assert p.returncode == 0, tl.output_of(p)
-        assert store.query("PRAGMA user_version")[0]["user_version"] == 5
+        assert store.query("PRAGMA user_version")[0]["user_version"] == 6
         assert store.query("SELECT * FROM damage") == []
 
 

@@ -19,6 +19,7 @@ none, no prepared transaction outlives its timeout by more than 5 s":
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -286,15 +287,48 @@ def test_status_and_metrics_show_the_node_and_etcd(cluster):
     while not prom.exists():
         assert time.monotonic() < deadline, f"{prom} was not written"
         time.sleep(0.5)
-    values = {}
-    for line in prom.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            values[name] = float(value)        # the Prometheus text format: NAME VALUE
+    def values():
+        out = {}
+        for line in prom.read_text().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)        # the Prometheus text format: NAME VALUE
+        return out
+    c.wait_settled()
+    deadline = time.monotonic() + 12           # rewritten every 5 s
+    while (v := values())["txnfs_prepared_transactions"] != 0:
+        assert time.monotonic() < deadline, v
+        time.sleep(0.5)
+    values = v
     assert values["txnfs_cluster_etcd_healthy"] == 1
     assert values["txnfs_commits_total"] >= 1 and values["txnfs_prepares_total"] >= 1
     assert values['txnfs_commit_seconds_bucket{le="+Inf"}'] == values["txnfs_commit_seconds_count"]
-    assert values["txnfs_prepared_transactions"] == 0
+
+
+def test_a_prepared_store_is_refused_without_its_cluster_and_recovered_with_it(cluster, mnt, tmp_path):
+    """A transaction prepared through libtxnfs, then a crash: without a cluster
+    configuration mount and recover refuse and change nothing; with one they follow
+    etcd's decision."""
+    c = cluster
+    gid = f"solo-{os.getpid()}"
+    tid = tl.txn_begin(mnt.path)
+    tl.write_file(mnt.path / "prepared-file", b"decided by etcd")
+    assert tl.txn_prepare(mnt.path, tid, gid) == 0
+    assert tl.txn_prepare(mnt.path, tid, gid) == -errno.ENOENT        # prepared: not again
+    assert tl.txn_commit(mnt.path, tid) == -errno.ENOENT              # nor committed by id
+    assert not (mnt.path / "prepared-file").exists()                  # plain: committed state
+    mnt.kill9()
+    for p in (tl.txnfs("recover", str(mnt.store.path)),):
+        assert p.returncode == 1 and f"is prepared (global id {gid}" in tl.output_of(p), tl.output_of(p)
+    with pytest.raises(AssertionError, match="waits for its cluster's decision"):
+        mnt.mount()
+    conf = tmp_path / "solo.conf"
+    conf.write_text(c.conf.read_text() + "node = solo\n")
+    c.etcdctl("put", f"/txnfs/{c.cluster_name()}/decisions/{gid}", "commit")
+    p = tl.txnfs("recover", str(mnt.store.path), "--cluster", str(conf))
+    assert p.returncode == 0, tl.output_of(p)
+    mnt.mount("--cluster", str(conf))
+    assert (mnt.path / "prepared-file").read_bytes() == b"decided by etcd"
 
 
 def test_zz_every_node_is_clean_and_down_leaves_nothing(cluster):
