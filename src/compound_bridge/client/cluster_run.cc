@@ -188,7 +188,12 @@ ClusterResult run_cluster(const ClusterOptions &o, const std::vector<Operation> 
   if (!conf) throw Error(why);
   cluster::Etcd etcd(conf->etcd, conf->etcd_timeout);
   cluster::ClusterMap map(etcd, conf->cluster);
-  if (int rc = map.load(&why); rc != 0) {
+  // As the decision: tried again, since one timeout is about as long as etcd's election
+  // of a new leader (a read during it times out, and the next one finds the new leader).
+  int rc = 0;
+  for (int attempt = 0; attempt < kDecideTries; attempt++)
+    if ((rc = map.load(&why)) == 0 || rc == EIO) break;
+  if (rc != 0) {
     throw Error("cannot read the cluster map of " + conf->cluster + " from etcd: " + why +
                 "; nothing was sent");
   }
@@ -271,7 +276,6 @@ ClusterResult run_cluster(const ClusterOptions &o, const std::vector<Operation> 
   cluster::Decision decision = cluster::Decision::kNone;
   cluster::Decisions decisions(etcd, conf->cluster);
   auto t1 = Clock::now();
-  int rc = 0;
   std::string etcd_why;
   for (int attempt = 0; attempt < kDecideTries; attempt++) {
     rc = decisions.decide(r.gid, want, &decision, &etcd_why);
