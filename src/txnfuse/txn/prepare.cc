@@ -32,16 +32,9 @@ bool TxnManager::valid_gid(const std::string &gid) {
 
 int TxnManager::prepare(uid_t uid, uint64_t id, const std::string &gid) {
   if (!valid_gid(gid)) return EINVAL;
-  TxnPtr t = find(id);
-  if (!t) return ENOENT;
-  if (uid != 0 && uid != t->uid) return EPERM;
-  // Pages it dirtied through shared mappings join it now, while it still takes requests.
-  if (t->state.load() == TXNFS_ACTIVE) write_back_mapped(*t);
-  int expected = TXNFS_ACTIVE;
-  if (!t->state.compare_exchange_strong(expected, TXNFS_COMMITTING)) {
-    if (expected != TXNFS_ABORT_ONLY) return ENOENT;  // already finishing
-    return t->error ? int(t->error) : EDEADLK;
-  }
+  int err;
+  TxnPtr t = start_commit(uid, id, &err);  // (as a commit begins)
+  if (!t) return err;
   {
     lock_order::assert_none_held("a transaction's requests to finish");
     MutexLock g(t->mu);
@@ -60,7 +53,7 @@ int TxnManager::prepare(uid_t uid, uint64_t id, const std::string &gid) {
   }
   t->prepared_wall = std::chrono::system_clock::now();
   t->preparing = true;
-  int err = gc_.durable_commit(*t);  // syncfs, then its prepared record, synced
+  err = gc_.durable_commit(*t);  // syncfs, then its prepared record, synced
   t->preparing = false;
   if (err) {
     spdlog::error("transaction {}: prepare ({}) failed ({}); rolling back", t->id(), gid,

@@ -137,20 +137,26 @@ void TxnManager::leave(Txn &t) {
   if (--t.inflight == 0) t.idle.notify_all();
 }
 
-int TxnManager::commit(uid_t uid, uint64_t id, unsigned flags) {
-  if (flags & ~unsigned(TXNFS_COMMIT_LAZY)) return EINVAL;
+TxnPtr TxnManager::start_commit(uid_t uid, uint64_t id, int *err) {
   TxnPtr t = find(id);
-  if (!t) return ENOENT;
-  if (uid != 0 && uid != t->uid) return EPERM;
+  *err = !t ? ENOENT : uid != 0 && uid != t->uid ? EPERM : 0;
+  if (*err) return nullptr;
   // Pages it dirtied through shared mappings join it now, while it still takes requests.
   if (t->state.load() == TXNFS_ACTIVE) write_back_mapped(*t);
   int expected = TXNFS_ACTIVE;
-  if (!t->state.compare_exchange_strong(expected, TXNFS_COMMITTING)) {
-    if (expected != TXNFS_ABORT_ONLY) return ENOENT;  // already finishing
-    return t->error ? int(t->error) : EDEADLK;        // it stays open; only abort ends it
-  }
+  if (t->state.compare_exchange_strong(expected, TXNFS_COMMITTING)) return t;
+  // Already finishing (or prepared); an abort-only one stays open, and only abort ends it.
+  *err = expected != TXNFS_ABORT_ONLY ? ENOENT : t->error ? int(t->error) : EDEADLK;
+  return nullptr;
+}
+
+int TxnManager::commit(uid_t uid, uint64_t id, unsigned flags) {
+  if (flags & ~unsigned(TXNFS_COMMIT_LAZY)) return EINVAL;
+  int err;
+  TxnPtr t = start_commit(uid, id, &err);
+  if (!t) return err;
   auto t0 = std::chrono::steady_clock::now();
-  int err = finish(t, true, flags & TXNFS_COMMIT_LAZY);
+  err = finish(t, true, flags & TXNFS_COMMIT_LAZY);
   count_commit(std::chrono::steady_clock::now() - t0);
   return err;
 }

@@ -179,6 +179,10 @@ class TxnManager {
 
  private:
   TxnPtr find(uint64_t id) EXCLUDES(binding_.mu_) { return binding_.find(id); }
+  // What commit and prepare begin with: `id` if `uid` may end it, its mapped pages
+  // written back, and its state moved from active to committing; else null and *err
+  // (ENOENT, EPERM, or the error that made it abort-only).
+  TxnPtr start_commit(uid_t uid, uint64_t id, int *err);
   // `here`: the caller serves requests (commit_here); the invalidations are sent at
   // once if all are quick, else queued, *here set, and left to end_later().
   int finish(TxnPtr t, bool commit, bool lazy = false, bool *here = nullptr);

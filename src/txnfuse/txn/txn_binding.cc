@@ -90,9 +90,8 @@ int TxnBinding::bind(const TxnPtr &t) {
   return 0;
 }
 
-int TxnBinding::detach(Txn &t, const std::string &gid) {
-  MutexLock g(mu_);
-  if (!by_gid_.emplace(gid, by_id_.at(t.id())).second) return EEXIST;
+// Its owner no longer binds `t`, and the reaper stops watching it (detach, unbind).
+void TxnBinding::leave_owner(Txn &t) {
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, t.pidfd, nullptr);
   auto &m = t.process_bound() ? by_process_ : by_thread_;
   if (auto it = m.find(t.pid); it != m.end() && it->second.get() == &t) m.erase(it);
@@ -100,6 +99,12 @@ int TxnBinding::detach(Txn &t, const std::string &gid) {
     ++epoch_;
     proc_cache_.clear();
   }
+}
+
+int TxnBinding::detach(Txn &t, const std::string &gid) {
+  MutexLock g(mu_);
+  if (!by_gid_.emplace(gid, by_id_.at(t.id())).second) return EEXIST;
+  leave_owner(t);
   return 0;
 }
 
@@ -116,13 +121,7 @@ void TxnBinding::unbind(Txn &t) {
     if (!t.gid.empty())
       if (auto it = by_gid_.find(t.gid); it != by_gid_.end() && it->second.get() == &t)
         by_gid_.erase(it);
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, t.pidfd, nullptr);
-    auto &m = t.process_bound() ? by_process_ : by_thread_;
-    if (auto it = m.find(t.pid); it != m.end() && it->second.get() == &t) m.erase(it);
-    if (t.process_bound()) {
-      ++epoch_;
-      proc_cache_.clear();
-    }
+    leave_owner(t);
   }
   open_count_.fetch_sub(1, std::memory_order_acq_rel);
 }

@@ -78,6 +78,7 @@ class TxnBinding {
  private:
   friend class TxnManager;  // (for its annotations: EXCLUDES(binding_.mu_))
   TxnPtr lookup_process(pid_t tid) EXCLUDES(mu_);
+  void leave_owner(Txn &t) REQUIRES(mu_);
 
   Mutex mu_{LockRank::kTxnBinding};  // guards the maps
   std::unordered_map<uint64_t, TxnPtr> by_id_ GUARDED_BY(mu_);
