@@ -331,6 +331,38 @@ def test_a_prepared_store_is_refused_without_its_cluster_and_recovered_with_it(c
     assert (mnt.path / "prepared-file").read_bytes() == b"decided by etcd"
 
 
+def test_txnfs_resolve_applies_etcds_decision_and_only_root_may(cluster, mnt, tmp_path):
+    """`txnfs resolve` by hand: no decision -> exit 3, nothing changed; with
+    --abort-if-undecided it writes ABORT and rolls back; a COMMIT in etcd commits. Another
+    user can neither resolve nor prepare someone else's transaction."""
+    c = cluster
+    conf = tmp_path / "solo.conf"
+    text = c.conf.read_text()
+    assert f"prepared_timeout_ms = {PREPARED_MS}" in text
+    conf.write_text(text.replace(f"prepared_timeout_ms = {PREPARED_MS}",
+                                 "prepared_timeout_ms = 600000") + "node = solo\n")
+    mnt.remount("--cluster", str(conf))            # (its resolver waits 10 minutes)
+    gids = [f"byhand-{os.getpid()}-{k}" for k in (1, 2)]
+    for k, gid in enumerate(gids):
+        tid = tl.txn_begin(mnt.path)
+        tl.write_file(mnt.path / f"f{k}", b"x")
+        assert tl.as_user(tl.txn_prepare, mnt.path, tid, gid) == -errno.EPERM
+        assert tl.txn_prepare(mnt.path, tid, gid) == 0
+        assert tl.as_user(tl.txn_resolve, mnt.path, gid, True) == -errno.EPERM
+    p = tl.txnfs("resolve", str(mnt.path), gids[0], "--cluster", str(conf))
+    assert p.returncode == 3 and "no decision" in tl.output_of(p), tl.output_of(p)
+    assert c.decision(gids[0]) is None and not (mnt.path / "f0").exists()
+    p = tl.txnfs("resolve", str(mnt.path), gids[0], "--cluster", str(conf), "--abort-if-undecided")
+    assert p.returncode == 0 and "rolled back" in p.stdout, tl.output_of(p)
+    assert c.decision(gids[0]) == "abort"
+    c.etcdctl("put", f"/txnfs/{c.cluster_name()}/decisions/{gids[1]}", "commit")
+    p = tl.txnfs("resolve", str(mnt.path), gids[1], "--cluster", str(conf), "--abort-if-undecided")
+    assert p.returncode == 0 and "committed" in p.stdout, tl.output_of(p)
+    assert (mnt.path / "f1").read_bytes() == b"x" and not (mnt.path / "f0").exists()
+    p = tl.txnfs("resolve", str(mnt.path), gids[1], "--cluster", str(conf))
+    assert p.returncode == 0 and "resolved already" in p.stdout, tl.output_of(p)
+
+
 def test_zz_every_node_is_clean_and_down_leaves_nothing(cluster):
     c = cluster
     c.wait_settled()
