@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import pytest
 
@@ -34,7 +35,12 @@ def result(r, opnum, nth=0):
 
 
 def views_open(mnt) -> int:
-    return tl.txn_status(mnt.path).get("views", 0)
+    return tl.txn_status(mnt.path)["views"]["open"]
+
+
+def views_held(mnt) -> int:
+    """Ended views whose nodeids the kernel still holds."""
+    return tl.txn_status(mnt.path)["views"]["held"]
 
 
 def test_a_plain_nfs_reader_reads_committed_bytes_while_compounds_truncate_and_extend(
@@ -135,6 +141,27 @@ def test_long_transactional_compounds_walk_from_the_root_again_and_again(mnt, se
             assert [x.value[1] for x in r.results if x.op == nfs.OP_READ] == \
                 [bytes([i]) * 1024 for i in range(150)]
     assert len(list((mnt.path / "d").iterdir())) == 900
+
+
+def test_ended_views_leave_no_names_in_the_kernel(mnt, servers):
+    """Hundreds of transactional COMPOUNDs working two directories deep: once each
+    ends, the kernel forgets its view's nodeids (a name left in its cache would keep the
+    view's slot held for good, and lengthen the kernel's inode hash chains with every
+    COMPOUND: performance.md, Cluster)."""
+    (mnt.path / "d" / "c").mkdir(parents=True)
+    g = servers()
+    n = 200
+    with nfs.Client(g.port) as c:
+        for i in range(n):
+            r = c.compound([op.putrootfh(), op.lookup("d"), op.lookup("c"),
+                            op.open_create(f"f{i}", owner=b"v"), op.write(b"x"), op.close()],
+                           tag="txn")
+            assert r.status == OK, r
+    assert views_open(mnt) == 0
+    deadline = time.monotonic() + 10      # (the kernel sends its FORGETs in batches)
+    while (held := views_held(mnt)) > n // 20:
+        assert time.monotonic() < deadline, f"{held} of {n} ended views are still held by the kernel"
+        time.sleep(0.2)
 
 
 def test_the_views_directory_is_not_exported(mnt, servers):

@@ -226,6 +226,7 @@ void ctl_status(const Ctl &c) {
   // ever (park.h; lock sets included).
   j["transport"] = fuse_req_is_uring(req) ? "io_uring" : "dev_fuse";
   j["parked"] = {{"now", fs.locks.parked()}, {"total", fs.locks.parked_total()}};
+  j["views"] = {{"open", fs.views.open()}, {"held", fs.views.held()}};
   Views::Counts pt = fs.views.passthrough_counts();
   j["passthrough"] = {{"on", fs.views.passthrough_on()},
                       {"open", pt.open},

@@ -137,6 +137,13 @@ size_t Views::open() {
   return by_txn_.size();
 }
 
+size_t Views::held() {
+  MutexLock g(mu_);
+  size_t n = 0;
+  for (const Slot &slot : slots_) n += !slot.txn_id && slot.lookups;
+  return n;
+}
+
 void Views::plain_change_begins(uint64_t object) {
   MutexLock g(mu_);
   plain_changing_[object]++;

@@ -70,6 +70,10 @@ class Views {
 
   // Views open now (txnfs status), and their slots.
   size_t open() EXCLUDES(mu_);
+  // Ended views whose nodeids the kernel has not forgotten yet (txnfs status): their
+  // slots are not free. A name of one left in the kernel's cache keeps it so for good
+  // (performance.md: the chains of the kernel's inode hash grow with them).
+  size_t held() EXCLUDES(mu_);
   std::vector<uint32_t> live_slots() EXCLUDES(mu_);
 
   // Passthrough (see the invariants above). The kernel negotiated FUSE_PASSTHROUGH and

@@ -17,21 +17,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include "cluster/cluster_conf.h"
 #include "txnfuse/txn/txn.h"
 #include "txnfuse/txn/txn_env.h"
 
 namespace txnfs {
 
-bool TxnManager::valid_gid(const std::string &gid) {
-  if (gid.empty() || gid.size() > TXNFS_GID_MAX) return false;
-  for (char c : gid)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'))
-      return false;
-  return true;
-}
-
 int TxnManager::prepare(uid_t uid, uint64_t id, const std::string &gid) {
-  if (!valid_gid(gid)) return EINVAL;
+  if (!cluster::valid_gid(gid)) return EINVAL;
   int err;
   TxnPtr t = start_commit(uid, id, &err);  // (as a commit begins)
   if (!t) return err;
@@ -75,7 +68,7 @@ int TxnManager::prepare(uid_t uid, uint64_t id, const std::string &gid) {
 
 int TxnManager::resolve(uid_t uid, const std::string &gid, bool commit) {
   if (uid != 0) return EPERM;
-  if (!valid_gid(gid)) return EINVAL;
+  if (!cluster::valid_gid(gid)) return EINVAL;
   TxnPtr t = binding_.find_prepared(gid);
   if (!t) return ENOENT;
   int expected = TXNFS_PREPARED;

@@ -106,9 +106,11 @@ std::string TxnManager::metrics_text() {
   metric("txnfs_deadlocks_total", "counter", "Deadlocks broken.", env_.locks.deadlocks());
   out += "# HELP txnfs_commit_seconds Time a commit took, from the call to its outcome.\n"
          "# TYPE txnfs_commit_seconds histogram\n";
-  for (size_t k = 0; k < std::size(kCommitBuckets); k++)
-    out += fmt::format("txnfs_commit_seconds_bucket{{le=\"{}\"}} {}\n", kCommitBuckets[k],
-                       commit_le_[k].load());
+  uint64_t upto = 0;
+  for (size_t k = 0; k < std::size(kCommitBuckets); k++) {
+    upto += commit_in_[k].load();
+    out += fmt::format("txnfs_commit_seconds_bucket{{le=\"{}\"}} {}\n", kCommitBuckets[k], upto);
+  }
   out += fmt::format("txnfs_commit_seconds_bucket{{le=\"+Inf\"}} {}\n", commit_count_.load());
   out += fmt::format("txnfs_commit_seconds_sum {}\n", double(commit_us_sum_.load()) / 1e6);
   out += fmt::format("txnfs_commit_seconds_count {}\n", commit_count_.load());

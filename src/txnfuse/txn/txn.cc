@@ -164,7 +164,10 @@ int TxnManager::commit(uid_t uid, uint64_t id, unsigned flags) {
 void TxnManager::count_commit(std::chrono::steady_clock::duration took) {
   double s = std::chrono::duration<double>(took).count();
   for (size_t k = 0; k < std::size(kCommitBuckets); k++)
-    if (s <= kCommitBuckets[k]) commit_le_[k].fetch_add(1, std::memory_order_relaxed);
+    if (s <= kCommitBuckets[k]) {
+      commit_in_[k].fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
   commit_count_.fetch_add(1, std::memory_order_relaxed);
   commit_us_sum_.fetch_add(uint64_t(s * 1e6), std::memory_order_relaxed);
 }
